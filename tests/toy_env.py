@@ -1,0 +1,58 @@
+"""A small deterministic pure-Python ``TaskEnv`` for testing the contract. It stands in for
+no real simulator: its only job is to make done patterns controllable and every number
+checkable by hand.
+
+Dynamics: the image is filled with ``(state_id + t) % 256``; ``state = [t, state_id, a0]``.
+Success (and termination) happens at the sub-step where the action's gripper dim exceeds
+0.5. Reward: 1.0 on success, else ``0.1``.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from vla_envs.core.spaces import make_action_space, make_observation_space
+from vla_envs.core.task_env import TaskEnv
+
+H = W = 4
+
+
+class ToyEnv(TaskEnv):
+    metadata = {"render_modes": []}
+    num_initial_states = 1000
+
+    def __init__(self, max_episode_steps: int = 10):
+        self.max_episode_steps = max_episode_steps
+        self.observation_space = make_observation_space((H, W), state_dim=3)
+        self.action_space = make_action_space()
+        self._t = 0
+        self._sid = 0
+        self._fail = None
+
+    def _obs(self, a0: float = 0.0):
+        img = np.full((H, W, 3), (self._sid + self._t) % 256, np.uint8)
+        state = np.array([self._t, self._sid, a0], np.float32)
+        return {"image": img, "state": state, "instruction": f"count from {self._sid}"}
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self._sid = self.state_id_from(seed, options)
+        self._t = 0
+        return self._obs(), {}
+
+    def step(self, action):
+        if self._fail == "raise":
+            self._fail = None
+            raise ValueError("toy env failure on purpose")
+        if self._fail == "exit":
+            os._exit(7)
+        self._t += 1
+        success = bool(action[6] > 0.5)
+        reward = 1.0 if success else 0.1
+        return self._obs(float(action[0])), reward, success, False, {"success": success}
+
+    def fail_next_step(self, how: str) -> None:
+        """Make the next ``step`` raise (``"raise"``) or kill the process (``"exit"``)."""
+        self._fail = how

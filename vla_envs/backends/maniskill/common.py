@@ -1,0 +1,91 @@
+"""What the CPU and GPU ManiSkill backends share: imports, env construction, obs/action
+conversion to the project's convention."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from vla_envs.errors import BackendNotInstalledError
+
+INSTALL_HINT = "bash scripts/setup.sh maniskill   (or: pip install 'vla-rl[maniskill]')"
+VULKAN_HINT = (
+    "SAPIEN (ManiSkill's renderer) found no usable Vulkan device. On Debian 12 install a "
+    "lavapipe from Mesa >= 23 as root: add the bookworm-backports source, then "
+    "`apt-get install -t bookworm-backports mesa-vulkan-drivers libvulkan1` "
+    "(scripts/setup.sh does this when run as root)."
+)
+# Panda's "pd_ee_delta_pose" scales normalised actions to +/-0.1 m and +/-0.1 rad.
+CONTROL_MODE = "pd_ee_delta_pose"
+
+
+def import_maniskill() -> Any:
+    """Import ``mani_skill.envs`` (registers ManiSkill's tasks) or explain how to install it."""
+    try:
+        import mani_skill.envs  # noqa: F401
+        import mani_skill
+    except ImportError as e:
+        raise BackendNotInstalledError(
+            f"the ManiSkill backend needs mani_skill ({e}); install it with: {INSTALL_HINT}"
+        ) from e
+    return mani_skill
+
+
+def make_maniskill_env(task: str, num_envs: int, sim_backend: str, image_hw: tuple[int, int],
+                       reward_mode: str, robot_uids: str | None = None, **kwargs: Any):
+    """Build a ManiSkill env whose own time limit never fires (ours is in ChunkVectorEnv)."""
+    import gymnasium as gym
+
+    import_maniskill()
+    h, w = image_hw
+    make_kwargs: dict[str, Any] = dict(
+        obs_mode="rgb", control_mode=CONTROL_MODE, reward_mode=reward_mode,
+        num_envs=num_envs, sim_backend=sim_backend,
+        render_backend="cpu" if sim_backend == "physx_cpu" else "gpu",
+        sensor_configs=dict(width=w, height=h), max_episode_steps=2**30, **kwargs,
+    )
+    if robot_uids is not None:
+        make_kwargs["robot_uids"] = robot_uids
+    os.environ.setdefault("MANISKILL_NO_DOWNLOAD_PROMPT", "1")
+    try:
+        return gym.make(task, **make_kwargs)
+    except RuntimeError as e:
+        text = str(e).lower()
+        if "vulkan" in text or "physical device" in text:
+            raise BackendNotInstalledError(f"{VULKAN_HINT}\n(original error: {e})") from e
+        raise
+
+
+def registered_max_steps(task: str) -> int:
+    """The time limit ManiSkill registers for ``task``."""
+    from mani_skill.utils.registration import REGISTERED_ENVS
+
+    import_maniskill()
+    spec = REGISTERED_ENVS[task]
+    return int(spec.max_episode_steps or 100)
+
+
+def to_numpy(x: Any) -> np.ndarray:
+    return x.detach().cpu().numpy() if hasattr(x, "detach") else np.asarray(x)
+
+
+def convert_obs(raw: dict[str, Any]) -> dict[str, np.ndarray]:
+    """ManiSkill's batched rgb observation -> ``image`` uint8 [B, H, W, 3] and
+    ``state`` float32 [B, S] = (robot qpos, TCP pose as xyz + wxyz quaternion)."""
+    cameras = raw["sensor_data"]
+    first = next(iter(cameras))
+    image = to_numpy(cameras[first]["rgb"])[..., :3].astype(np.uint8, copy=False)
+    parts = [to_numpy(raw["agent"]["qpos"])]
+    if "tcp_pose" in raw.get("extra", {}):
+        parts.append(to_numpy(raw["extra"]["tcp_pose"]))
+    state = np.concatenate(parts, axis=-1).astype(np.float32, copy=False)
+    return {"image": image, "state": state}
+
+
+def to_maniskill_action(actions: np.ndarray) -> np.ndarray:
+    """Ours: gripper -1 open / +1 close. ManiSkill's Panda: -1 closed / +1 open."""
+    out = np.array(actions, dtype=np.float32, copy=True)
+    out[..., -1] = -out[..., -1]
+    return out

@@ -1,0 +1,67 @@
+"""Build a ``ChunkVectorEnv`` over a ManiSkill task, picking the physics backend."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from vla_envs.core.vector_env import ChunkVectorEnv
+
+SIM_BACKENDS = ("auto", "physx_cpu", "physx_cuda")
+VECTORIZATIONS = ("pool", "serial")
+
+
+def resolve_sim_backend(sim_backend: str) -> str:
+    """``"auto"`` picks ManiSkill's GPU-batched PhysX when CUDA is available, else CPU PhysX."""
+    if sim_backend not in SIM_BACKENDS:
+        raise ValueError(f"sim_backend={sim_backend!r}; allowed: {list(SIM_BACKENDS)}")
+    if sim_backend != "auto":
+        return sim_backend
+    import torch
+
+    return "physx_cuda" if torch.cuda.is_available() else "physx_cpu"
+
+
+def make_maniskill_vector_env(task: str, instruction: str, num_envs: int = 1, *,
+                              sim_backend: str = "auto", vectorization: str = "pool",
+                              image_size: int | tuple[int, int] = 128,
+                              reward_mode: str = "normalized_dense",
+                              env_kwargs: dict[str, Any] | None = None,
+                              **contract_kwargs: Any) -> ChunkVectorEnv:
+    """A ManiSkill task as the project's vector env.
+
+    Args:
+        task: ManiSkill env id.
+        instruction: language instruction of every episode.
+        num_envs: batch size.
+        sim_backend: ``"auto"``, ``"physx_cpu"`` (one env per worker process) or
+            ``"physx_cuda"`` (all envs in this process, GPU-batched).
+        vectorization: CPU only: ``"pool"`` (worker processes, shared memory) or
+            ``"serial"`` (this process; for debugging).
+        image_size: camera side in pixels, or (height, width).
+        reward_mode: ManiSkill reward mode.
+        env_kwargs: extra arguments for ManiSkill's ``gym.make``.
+        **contract_kwargs: ``ChunkVectorEnv`` options (auto_reset, ignore_terminations, ...).
+    """
+    from vla_envs.backends.maniskill.common import import_maniskill
+
+    if not isinstance(num_envs, int) or num_envs < 1:
+        raise ValueError(f"num_envs={num_envs!r} must be a positive integer")
+    if vectorization not in VECTORIZATIONS:
+        raise ValueError(f"vectorization={vectorization!r}; allowed: {list(VECTORIZATIONS)}")
+    image_hw = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
+    backend_name = resolve_sim_backend(sim_backend)
+    import_maniskill()  # fail here, with the install command, not inside a worker
+    env_kwargs = dict(env_kwargs or {})
+    if backend_name == "physx_cuda":
+        from vla_envs.backends.maniskill.gpu import ManiSkillGPUBackend
+
+        backend = ManiSkillGPUBackend(task, instruction, num_envs, image_hw, reward_mode, **env_kwargs)
+    else:
+        from vla_envs.backends.maniskill.task_env import ManiSkillTaskEnv
+        from vla_envs.core.pool import ProcessPoolBackend
+        from vla_envs.core.serial import SerialBackend
+
+        fn = functools.partial(ManiSkillTaskEnv, task, instruction, image_hw, reward_mode, **env_kwargs)
+        backend = (ProcessPoolBackend if vectorization == "pool" else SerialBackend)([fn] * num_envs)
+    return ChunkVectorEnv(backend, **contract_kwargs)

@@ -1,0 +1,76 @@
+"""What a simulator backend implements so that ``ChunkVectorEnv`` can drive it.
+
+Backends only adapt a simulator: episode bookkeeping (time limits, auto-reset, chunks,
+metrics, initial-state ids) lives in ``ChunkVectorEnv`` and nowhere else.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+import numpy as np
+from gymnasium import spaces
+
+
+@dataclass
+class StepResult:
+    """One batched simulator step.
+
+    Attributes:
+        obs: array observation fields, each ``[N, ...]``. Rows of envs that were not stepped
+            (``active`` False) are ignored by the caller.
+        reward: float32 ``[N]``.
+        terminated: bool ``[N]``; the task's own termination (usually success).
+        success: bool ``[N]``; whether the task is solved at this step.
+        info: extra per-env arrays ``[N]`` passed through to the caller's info.
+    """
+
+    obs: dict[str, np.ndarray]
+    reward: np.ndarray
+    terminated: np.ndarray
+    success: np.ndarray
+    info: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+class BatchedBackend(ABC):
+    """A batch of ``num_envs`` simulated (or real) envs with the project's obs/action convention.
+
+    Attributes:
+        num_envs: batch size ``N``.
+        single_observation_space: see ``vla_envs.core.spaces``.
+        single_action_space: 7-D Box in [-1, 1].
+        max_episode_steps: the task's time limit.
+        num_initial_states: initial-state ids are integers in ``[0, num_initial_states)``;
+            the same id always gives the same initial state.
+        can_skip_envs: whether ``step`` can leave some envs untouched (a worker pool can; a
+            GPU-batched simulator cannot).
+    """
+
+    num_envs: int
+    single_observation_space: spaces.Dict
+    single_action_space: spaces.Box
+    max_episode_steps: int
+    num_initial_states: int
+    can_skip_envs: bool
+
+    @abstractmethod
+    def reset(
+        self, env_ids: np.ndarray, state_ids: np.ndarray
+    ) -> tuple[dict[str, np.ndarray], list[str]]:
+        """Reset envs ``env_ids`` (int ``[K]``) to initial states ``state_ids`` (int ``[K]``).
+
+        Returns:
+            The array observation fields for those envs (``[K, ...]``) and their instructions.
+        """
+
+    @abstractmethod
+    def step(self, actions: np.ndarray, active: np.ndarray) -> StepResult:
+        """Apply ``actions`` (float32 ``[N, 7]``, already validated) to envs where ``active``.
+
+        A backend with ``can_skip_envs`` False steps every env regardless of ``active``.
+        """
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release every process, simulator and buffer. Idempotent."""

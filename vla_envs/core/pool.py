@@ -1,0 +1,267 @@
+"""``ProcessPoolBackend``: one ``TaskEnv`` per worker process, observations in shared memory.
+
+Why processes: CPU simulators (ManiSkill's PhysX CPU backend, LIBERO/MuJoCo) run one env
+per process and are CPU-bound. Why shared memory: an observation batch is megabytes of
+images; each worker writes its slot of a preallocated ``[N, ...]`` buffer and only small
+scalars (reward, flags) cross the pipe.
+
+Workers are started with ``spawn`` (``fork`` hangs SAPIEN). A worker that raises reports
+the error with its env index and traceback and stays alive; a worker that dies is reported
+with its exit code. Either way the parent raises ``WorkerError`` naming the env.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import signal
+import traceback
+from multiprocessing import connection
+from multiprocessing.shared_memory import SharedMemory
+from typing import Any, Callable
+
+import numpy as np
+
+from vla_envs.core.backend import BatchedBackend, StepResult
+from vla_envs.core.serial import check_same_spaces
+from vla_envs.core.spaces import array_keys
+from vla_envs.core.task_env import TaskEnv
+from vla_envs.errors import VlaEnvError, WorkerError
+
+
+def _attach(layout: dict[str, tuple[str, tuple[int, ...], str]]):
+    # Spawned workers share the parent's resource tracker, so attaching re-registers the
+    # same name (a no-op) and the parent's unlink is the one that counts.
+    blocks, views = [], {}
+    for key, (name, shape, dtype) in layout.items():
+        shm = SharedMemory(name=name)
+        blocks.append(shm)
+        views[key] = np.ndarray(shape, dtype=np.dtype(dtype), buffer=shm.buf)
+    return blocks, views
+
+
+def _worker(index: int, env_fn: Callable[[], TaskEnv], conn: connection.Connection) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    env = None
+    blocks: list[SharedMemory] = []
+    views: dict[str, np.ndarray] = {}
+    try:
+        env = env_fn()
+        conn.send(("ok", (env.observation_space, env.action_space,
+                          env.max_episode_steps, env.num_initial_states)))
+    except BaseException as e:  # noqa: BLE001 - everything goes back to the parent
+        conn.send(("error", _pack_error(e)))
+        return
+    keys = array_keys(env.observation_space)
+    try:
+        while True:
+            cmd, arg = conn.recv()
+            try:
+                if cmd == "step":
+                    obs, reward, terminated, _, info = env.step(arg)
+                    for k in keys:
+                        views[k][index] = obs[k]
+                    conn.send(("ok", (float(reward), bool(terminated), bool(info["success"]))))
+                elif cmd == "reset":
+                    obs, _ = env.reset(options={"state_id": int(arg)})
+                    for k in keys:
+                        views[k][index] = obs[k]
+                    conn.send(("ok", obs["instruction"]))
+                elif cmd == "attach":
+                    blocks, views = _attach(arg)
+                    conn.send(("ok", None))
+                elif cmd == "call":
+                    name, args, kwargs = arg
+                    conn.send(("ok", getattr(env, name)(*args, **kwargs)))
+                elif cmd == "close":
+                    break
+                else:
+                    raise ValueError(f"unknown worker command {cmd!r}")
+            except Exception as e:  # noqa: BLE001 - report, keep serving
+                conn.send(("error", _pack_error(e)))
+    except (EOFError, KeyboardInterrupt, BrokenPipeError):
+        pass
+    finally:
+        if env is not None:
+            env.close()
+        views = {}
+        for shm in blocks:
+            shm.close()
+        conn.close()
+
+
+def _pack_error(e: BaseException) -> tuple[Any, str, str]:
+    tb = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+    # Our own errors carry the user-facing fix (install command, asset path): keep them whole.
+    return (e if isinstance(e, VlaEnvError) else None, f"{type(e).__name__}: {e}", tb)
+
+
+class ProcessPoolBackend(BatchedBackend):
+    """Runs each ``TaskEnv`` in its own process.
+
+    Args:
+        env_fns: one picklable factory per env (e.g. ``functools.partial`` of a module-level
+            function).
+        context: multiprocessing start method, ``"spawn"`` (default) or ``"forkserver"``.
+        start_timeout_s: how long a worker may take to build its env.
+        step_timeout_s: how long one step or reset may take before the worker is declared hung.
+    """
+
+    can_skip_envs = True
+
+    def __init__(self, env_fns: list[Callable[[], TaskEnv]], context: str = "spawn",
+                 start_timeout_s: float = 300.0, step_timeout_s: float = 300.0):
+        if not env_fns:
+            raise ValueError("num_envs must be >= 1")
+        if context not in ("spawn", "forkserver"):
+            raise ValueError(f"context={context!r}; allowed: 'spawn', 'forkserver' ('fork' hangs simulators)")
+        self.num_envs = len(env_fns)
+        self.step_timeout_s = step_timeout_s
+        self._closed = False
+        self._blocks: list[SharedMemory] = []
+        ctx = mp.get_context(context)
+        self._conns: list[connection.Connection] = []
+        self._procs: list[mp.process.BaseProcess] = []
+        for i, fn in enumerate(env_fns):
+            parent, child = ctx.Pipe()
+            proc = ctx.Process(target=_worker, args=(i, fn, child), name=f"vla-env-worker-{i}", daemon=True)
+            proc.start()
+            child.close()
+            self._conns.append(parent)
+            self._procs.append(proc)
+        try:
+            specs = [self._recv(i, "starting", start_timeout_s) for i in range(self.num_envs)]
+            check_same_spaces([s[:2] for s in specs])
+            (self.single_observation_space, self.single_action_space,
+             self.max_episode_steps, self.num_initial_states) = specs[0]
+            self._keys = array_keys(self.single_observation_space)
+            layout = {}
+            for k in self._keys:
+                space = self.single_observation_space[k]
+                shape = (self.num_envs,) + space.shape
+                shm = SharedMemory(create=True, size=max(1, int(np.prod(shape)) * space.dtype.itemsize))
+                self._blocks.append(shm)
+                layout[k] = (shm.name, shape, space.dtype.str)
+            self._views = {k: np.ndarray(layout[k][1], np.dtype(layout[k][2]), buffer=b.buf)
+                           for k, b in zip(self._keys, self._blocks)}
+            for i in range(self.num_envs):
+                self._conns[i].send(("attach", layout))
+            for i in range(self.num_envs):
+                self._recv(i, "attaching shared memory", start_timeout_s)
+        except BaseException:
+            self.close()
+            raise
+
+    # -------------------------------------------------------------- protocol
+    def _recv(self, i: int, doing: str, timeout_s: float | None = None) -> Any:
+        conn, proc = self._conns[i], self._procs[i]
+        ready = connection.wait([conn, proc.sentinel], timeout=timeout_s or self.step_timeout_s)
+        if conn not in ready:
+            if proc.sentinel in ready or not proc.is_alive():
+                proc.join(1)
+                raise WorkerError(
+                    f"env worker {i} (pid {proc.pid}) died while {doing}: "
+                    f"{_describe_exit(proc.exitcode)}", env_index=i)
+            raise WorkerError(f"env worker {i} (pid {proc.pid}) did not answer within "
+                              f"{timeout_s or self.step_timeout_s:.0f} s while {doing}", env_index=i)
+        try:
+            status, payload = conn.recv()
+        except (EOFError, ConnectionError):
+            proc.join(1)
+            raise WorkerError(f"env worker {i} (pid {proc.pid}) died while {doing}: "
+                              f"{_describe_exit(proc.exitcode)}", env_index=i) from None
+        if status == "error":
+            original, summary, tb = payload
+            if original is not None:
+                raise original
+            raise WorkerError(f"env worker {i} failed while {doing}: {summary}\n"
+                              f"--- worker traceback ---\n{tb}", env_index=i)
+        return payload
+
+    def _gather(self, ids: np.ndarray, doing: str) -> list[Any]:
+        """Receive one answer from each worker in ``ids``; raise the first failure after
+        draining the others so the pipes stay in step."""
+        results, first_error = [], None
+        for i in ids:
+            try:
+                results.append(self._recv(int(i), doing))
+            except BaseException as e:  # noqa: BLE001
+                results.append(None)
+                if first_error is None:
+                    first_error = e
+        if first_error is not None:
+            raise first_error
+        return results
+
+    def _send(self, i: int, msg: tuple, doing: str) -> None:
+        try:
+            self._conns[i].send(msg)
+        except (BrokenPipeError, ConnectionError, OSError):
+            proc = self._procs[i]
+            proc.join(1)
+            raise WorkerError(f"env worker {i} (pid {proc.pid}) died before {doing}: "
+                              f"{_describe_exit(proc.exitcode)}", env_index=i) from None
+
+    def reset(self, env_ids: np.ndarray, state_ids: np.ndarray):
+        for i, sid in zip(env_ids, state_ids):
+            self._send(int(i), ("reset", int(sid)), "resetting")
+        instructions = self._gather(env_ids, "resetting")
+        return {k: self._views[k][env_ids].copy() for k in self._keys}, instructions
+
+    def step(self, actions: np.ndarray, active: np.ndarray) -> StepResult:
+        n = self.num_envs
+        ids = np.flatnonzero(active)
+        for i in ids:
+            self._send(int(i), ("step", actions[i]), "stepping")
+        reward, terminated, success = np.zeros(n, np.float32), np.zeros(n, bool), np.zeros(n, bool)
+        for i, (r, term, ok) in zip(ids, self._gather(ids, "stepping")):
+            reward[i], terminated[i], success[i] = r, term, ok
+        return StepResult(self._views, reward, terminated, success)
+
+    def call(self, env_index: int, method: str, *args: Any, **kwargs: Any) -> Any:
+        """Call ``method`` on the ``TaskEnv`` of one worker and return its (picklable) result."""
+        self._send(env_index, ("call", (method, args, kwargs)), f"calling {method}")
+        return self._recv(env_index, f"calling {method}")
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self._procs]
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for conn, proc in zip(self._conns, self._procs):
+            if proc.is_alive():
+                try:
+                    conn.send(("close", None))
+                except (BrokenPipeError, ConnectionError, OSError):
+                    pass
+        for proc in self._procs:
+            proc.join(10)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(5)
+        for conn in self._conns:
+            conn.close()
+        self._views = {}
+        for shm in self._blocks:
+            shm.close()
+            shm.unlink()
+        self._blocks = []
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            return f"killed by signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"

@@ -1,0 +1,422 @@
+"""``ChunkVectorEnv``: the one env contract every backend (ManiSkill, LIBERO, Franka) adapts to.
+
+Vocabulary:
+    episode: from a reset to the sub-step where ``terminated`` or ``truncated`` is True.
+    chunk: ``C`` consecutive actions predicted at once by a policy; ``chunk_step`` executes
+        them as ``C`` sub-steps.
+    valid[i, j]: sub-step ``j`` of env ``i`` belongs to the episode that was running when the
+        chunk started (env ``i`` had not finished earlier in the chunk). Only valid sub-steps
+        carry the policy's intent; a trainer masks the rest.
+
+Time limits, auto-reset, chunk semantics, initial-state ids and episode metrics are decided
+here, once; a ``BatchedBackend`` only simulates.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Literal, NamedTuple
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
+
+from vla_envs.core.backend import BatchedBackend
+from vla_envs.core.spaces import array_keys
+from vla_envs.errors import ClosedEnvError
+
+ChunkReset = Literal["end_of_chunk", "immediate"]
+OutOfRange = Literal["clip", "raise"]
+_RESET_OPTIONS = ("reset_mask", "state_ids")
+EPISODE_METRICS = ("success_once", "success_at_end", "return", "length")
+
+
+class ChunkStepResult(NamedTuple):
+    """What ``chunk_step`` returns. Arrays are ``[N, C]`` except ``obs`` and ``info``."""
+
+    obs: dict[str, Any]
+    rewards: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    valid: np.ndarray
+    info: dict[str, Any]
+
+
+class ChunkVectorEnv(VectorEnv, gym.Env):
+    """A chunk-aware vectorized env following Gymnasium's vector API.
+
+    It is also a ``gymnasium.Env`` only so that ``gym.make(id, num_envs=N)`` returns it
+    (as ManiSkill's batched envs do); its semantics are those of a ``VectorEnv``.
+
+    Args:
+        backend: the simulator batch.
+        auto_reset: reset envs whose episode ended (partial reset: only those envs). The final
+            observation and info are kept in ``info["final_obs"]`` / ``info["final_info"]``
+            (Gymnasium's SAME_STEP convention). When False, a finished env stays finished
+            (its sub-steps are invalid, rewards 0) until ``reset`` is called for it.
+        ignore_terminations: episodes end only at the time limit; ``terminated`` is always
+            False and ``success_at_end`` tells whether the task was solved at the last step.
+        chunk_reset: when an env finishes inside a chunk, ``"end_of_chunk"`` resets it after
+            the chunk's last sub-step; ``"immediate"`` resets it at once.
+        skip_finished_actions: do not execute an env's remaining actions of a chunk once its
+            episode has finished. Default: True where the backend can leave envs untouched.
+            With False, ``"end_of_chunk"`` executes them in the finished episode (ignored)
+            and ``"immediate"`` executes them in the new episode (counted in its metrics,
+            reported with ``valid`` False).
+        use_fixed_reset_state_ids: envs are grouped by ``group_size`` (envs ``[g*G, (g+1)*G)``)
+            and every member of a group starts its k-th episode from the same initial-state
+            id, drawn from the seeded generator (GRPO groups).
+        group_size: envs per group; must divide ``num_envs``.
+        action_out_of_range: ``"clip"`` (default) clips actions to [-1, 1];
+            ``"raise"`` rejects them with a ValueError.
+        max_episode_steps: override the task's time limit.
+
+    Example:
+        >>> import gymnasium as gym, vla_envs  # doctest: +SKIP
+        >>> env = gym.make("PickCube-v1", num_envs=2)  # doctest: +SKIP
+        >>> obs, info = env.reset(seed=0)  # doctest: +SKIP
+        >>> out = env.chunk_step(np.zeros((2, 4, 7), np.float32))  # doctest: +SKIP
+        >>> out.rewards.shape, out.valid.dtype  # doctest: +SKIP
+        ((2, 4), dtype('bool'))
+    """
+
+    def __init__(
+        self,
+        backend: BatchedBackend,
+        *,
+        auto_reset: bool = True,
+        ignore_terminations: bool = False,
+        chunk_reset: ChunkReset = "end_of_chunk",
+        skip_finished_actions: bool | None = None,
+        use_fixed_reset_state_ids: bool = False,
+        group_size: int = 1,
+        action_out_of_range: OutOfRange = "clip",
+        max_episode_steps: int | None = None,
+    ):
+        self.backend = backend
+        n = backend.num_envs
+        if chunk_reset not in ("end_of_chunk", "immediate"):
+            raise ValueError(f"chunk_reset={chunk_reset!r}; allowed: 'end_of_chunk', 'immediate'")
+        if action_out_of_range not in ("clip", "raise"):
+            raise ValueError(
+                f"action_out_of_range={action_out_of_range!r}; allowed: 'clip', 'raise'"
+            )
+        if skip_finished_actions is None:
+            skip_finished_actions = backend.can_skip_envs
+        if skip_finished_actions and not backend.can_skip_envs:
+            raise ValueError(
+                f"skip_finished_actions=True but the {type(backend).__name__} backend steps "
+                "every env at once; use skip_finished_actions=False"
+            )
+        if not isinstance(group_size, (int, np.integer)) or group_size < 1 or n % group_size:
+            raise ValueError(
+                f"group_size={group_size!r} must be a positive integer dividing num_envs={n}"
+            )
+        if max_episode_steps is not None and max_episode_steps < 1:
+            raise ValueError(f"max_episode_steps={max_episode_steps} must be >= 1")
+
+        self.num_envs = n
+        self.single_observation_space = backend.single_observation_space
+        self.single_action_space = backend.single_action_space
+        self.observation_space = batch_space(self.single_observation_space, n)
+        self.action_space = batch_space(self.single_action_space, n)
+        self.auto_reset = bool(auto_reset)
+        self.ignore_terminations = bool(ignore_terminations)
+        self.chunk_reset = chunk_reset
+        self.skip_finished_actions = bool(skip_finished_actions)
+        self.use_fixed_reset_state_ids = bool(use_fixed_reset_state_ids)
+        self.group_size = int(group_size)
+        self.action_out_of_range = action_out_of_range
+        self.max_episode_steps = int(max_episode_steps or backend.max_episode_steps)
+        self.metadata = {
+            "autoreset_mode": AutoresetMode.SAME_STEP if auto_reset else AutoresetMode.DISABLED,
+            "render_modes": [],
+        }
+        self.render_mode = None
+        self.closed = False
+
+        self._array_keys = array_keys(self.single_observation_space)
+        self._obs: dict[str, np.ndarray] = {
+            k: np.zeros((n,) + self.single_observation_space[k].shape,
+                        self.single_observation_space[k].dtype)
+            for k in self._array_keys
+        }
+        self._instructions: list[str] = [""] * n
+        self._live = np.zeros(n, bool)  # env has an episode running
+        self._ever_reset = np.zeros(n, bool)
+        self._elapsed = np.zeros(n, np.int64)
+        self._return = np.zeros(n, np.float64)
+        self._success_once = np.zeros(n, bool)
+        self._last_success = np.zeros(n, bool)
+        self._state_id = np.full(n, -1, np.int64)
+        self._rng = np.random.default_rng()
+        self._episode_index = np.zeros(n, np.int64)
+        self._group_ids: list[list[int]] = [[] for _ in range(n // self.group_size)]
+        self._group_base = np.zeros(n // self.group_size, np.int64)
+        self._observers: list[Callable[[dict[str, Any]], None]] = []
+
+    # ------------------------------------------------------------------ reset
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Reset all envs, or the subset in ``options["reset_mask"]``.
+
+        Args:
+            seed: seeds the generator of initial-state ids; the same seed gives the same
+                sequence of initial states. None continues the current generator.
+            options: ``reset_mask`` (bool ``[N]``): reset only these envs;
+                ``state_ids`` (int ``[N]``): pin the initial-state id of each reset env
+                (``-1``: draw as usual).
+
+        Returns:
+            ``(obs, info)``; ``info["state_id"]`` is each env's initial-state id.
+        """
+        self._check_open()
+        options = dict(options or {})
+        unknown = sorted(set(options) - set(_RESET_OPTIONS))
+        if unknown:
+            raise ValueError(f"unknown reset option(s) {unknown}; allowed: {list(_RESET_OPTIONS)}")
+        if seed is not None:
+            if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
+                raise TypeError(
+                    f"seed must be an int or None, got {type(seed).__name__}; one seed drives "
+                    "every env's initial state"
+                )
+            self._rng = np.random.default_rng(int(seed))
+            self._episode_index[:] = 0
+            self._group_ids = [[] for _ in self._group_ids]
+            self._group_base[:] = 0
+        mask = self._check_reset_mask(options.get("reset_mask"))
+        pinned = self._check_state_ids(options.get("state_ids"))
+        env_ids = np.flatnonzero(mask)
+        self._reset_envs(env_ids, pinned[env_ids])
+        return self._current_obs(), {"state_id": self._state_id.copy()}
+
+    def _check_reset_mask(self, mask: Any) -> np.ndarray:
+        n = self.num_envs
+        if mask is None:
+            return np.ones(n, bool)
+        if not isinstance(mask, np.ndarray):
+            raise TypeError(f"reset_mask must be a numpy array, got {type(mask).__name__}")
+        if mask.shape != (n,) or mask.dtype != np.bool_:
+            raise ValueError(
+                f"reset_mask must be bool with shape ({n},), got {mask.dtype} {mask.shape}"
+            )
+        if not mask.any():
+            raise ValueError("reset_mask selects no env; at least one must be True")
+        return mask
+
+    def _check_state_ids(self, ids: Any) -> np.ndarray:
+        n, k = self.num_envs, self.backend.num_initial_states
+        if ids is None:
+            return np.full(n, -1, np.int64)
+        ids = np.asarray(ids)
+        if ids.shape != (n,) or ids.dtype.kind not in "iu":
+            raise ValueError(f"state_ids must be integers with shape ({n},), got {ids.dtype} {ids.shape}")
+        bad = np.flatnonzero((ids < -1) | (ids >= k))
+        if bad.size:
+            raise ValueError(
+                f"state_ids out of range for env(s) {bad.tolist()}: {ids[bad].tolist()}; "
+                f"allowed: 0..{k - 1}, or -1 to draw"
+            )
+        return ids.astype(np.int64)
+
+    def _draw_state_ids(self, env_ids: np.ndarray, pinned: np.ndarray) -> np.ndarray:
+        ids = pinned.copy()
+        k = self.backend.num_initial_states
+        for pos, i in enumerate(env_ids):
+            episode = self._episode_index[i]
+            self._episode_index[i] += 1
+            if ids[pos] >= 0:
+                continue
+            if not self.use_fixed_reset_state_ids:
+                ids[pos] = self._rng.integers(k)
+                continue
+            g = i // self.group_size
+            drawn = self._group_ids[g]
+            while self._group_base[g] + len(drawn) <= episode:
+                drawn.append(int(self._rng.integers(k)))
+            ids[pos] = drawn[episode - self._group_base[g]]
+            # Forget ids every member of the group has already used.
+            members = self._episode_index[g * self.group_size:(g + 1) * self.group_size]
+            used = int(members.min()) - self._group_base[g]
+            if used > 0:
+                del drawn[:used]
+                self._group_base[g] += used
+        return ids
+
+    def _reset_envs(self, env_ids: np.ndarray, pinned: np.ndarray) -> None:
+        if env_ids.size == 0:
+            return
+        state_ids = self._draw_state_ids(env_ids, pinned)
+        obs, instructions = self.backend.reset(env_ids, state_ids)
+        for key in self._array_keys:
+            self._obs[key][env_ids] = obs[key]
+        for i, text in zip(env_ids, instructions):
+            self._instructions[i] = text
+        self._state_id[env_ids] = state_ids
+        self._live[env_ids] = True
+        self._ever_reset[env_ids] = True
+        self._elapsed[env_ids] = 0
+        self._return[env_ids] = 0.0
+        self._success_once[env_ids] = False
+        self._last_success[env_ids] = False
+
+    # ------------------------------------------------------------------ stepping
+    def step(self, actions: Any) -> tuple[dict[str, Any], np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """One action per env: ``actions`` float ``[N, 7]``.
+
+        Returns:
+            ``(obs, rewards[N], terminated[N], truncated[N], info)``. ``info["success"]`` is
+            bool ``[N]``; finished episodes' metrics are in ``info["episode"]`` (mask
+            ``info["_episode"]``).
+        """
+        actions = self._check_actions(actions, chunked=False)
+        out = self._run_chunk(actions[:, None, :])
+        info = out.info
+        info["success"] = info["success"][:, 0]
+        return out.obs, out.rewards[:, 0], out.terminated[:, 0], out.truncated[:, 0], info
+
+    def chunk_step(self, actions: Any) -> ChunkStepResult:
+        """Execute an action chunk ``actions`` float ``[N, C, 7]`` as ``C`` sub-steps.
+
+        Returns:
+            ``ChunkStepResult(obs, rewards[N, C], terminated[N, C], truncated[N, C],
+            valid[N, C], info)``. Invalid sub-steps report reward 0 and False flags, except
+            under ``chunk_reset="immediate"`` without skipping, where they report the new
+            episode's values. ``info["success"]`` is bool ``[N, C]``.
+        """
+        return self._run_chunk(self._check_actions(actions, chunked=True))
+
+    def _run_chunk(self, actions: np.ndarray) -> ChunkStepResult:
+        self._check_open()
+        if not self._ever_reset.all():
+            raise RuntimeError(
+                f"env(s) {np.flatnonzero(~self._ever_reset).tolist()} were never reset; call reset() first"
+            )
+        n, c = actions.shape[:2]
+        rewards = np.zeros((n, c), np.float32)
+        terminated = np.zeros((n, c), bool)
+        truncated = np.zeros((n, c), bool)
+        valid = np.zeros((n, c), bool)
+        success = np.zeros((n, c), bool)
+        in_chunk_episode = self._live.copy()  # the episode the chunk was planned for runs on
+        finished = np.zeros(n, bool)
+        episode = {k: np.zeros(n, dt) for k, dt in zip(EPISODE_METRICS, (bool, bool, np.float64, np.int64))}
+        final_obs: dict[str, Any] = {k: np.zeros_like(v) for k, v in self._obs.items()}
+        final_obs["instruction"] = [""] * n
+        final_success = np.zeros(n, bool)
+
+        for j in range(c):
+            valid[:, j] = in_chunk_episode
+            active = in_chunk_episode.copy() if self.skip_finished_actions else np.ones(n, bool)
+            result = self.backend.step(actions[:, j], active)
+            stepped = active & self._live
+            idx = np.flatnonzero(stepped)
+            for key in self._array_keys:
+                self._obs[key][idx] = result.obs[key][idx]
+            self._elapsed[idx] += 1
+            self._return[idx] += result.reward[idx]
+            self._success_once[idx] |= result.success[idx]
+            self._last_success[idx] = result.success[idx]
+            rewards[idx, j] = result.reward[idx]
+            success[idx, j] = result.success[idx]
+            if not self.ignore_terminations:
+                terminated[idx, j] = result.terminated[idx]
+            truncated[idx, j] = self._elapsed[idx] >= self.max_episode_steps
+            done = np.flatnonzero(terminated[:, j] | truncated[:, j])
+            if done.size:
+                self._finish(done, episode, final_obs, final_success, finished)
+                in_chunk_episode[done] = False
+                if self.auto_reset and self.chunk_reset == "immediate":
+                    self._reset_envs(done, np.full(done.size, -1, np.int64))
+            for observer in self._observers:
+                observer({"obs": self._obs, "instruction": self._instructions,
+                          "reward": rewards[:, j], "success": success[:, j], "valid": valid[:, j],
+                          "elapsed": self._elapsed})
+
+        if self.auto_reset and self.chunk_reset == "end_of_chunk":
+            done = np.flatnonzero(finished)
+            self._reset_envs(done, np.full(done.size, -1, np.int64))
+
+        info: dict[str, Any] = {"success": success, "state_id": self._state_id.copy()}
+        if finished.any():
+            info["episode"] = episode
+            info["_episode"] = finished.copy()
+            if self.auto_reset:
+                final_obs["instruction"] = tuple(final_obs["instruction"])
+                info["final_obs"] = final_obs
+                info["_final_obs"] = finished.copy()
+                info["final_info"] = {"success": final_success, "_success": finished.copy(),
+                                      "episode": episode, "_episode": finished.copy()}
+                info["_final_info"] = finished.copy()
+        return ChunkStepResult(self._current_obs(), rewards, terminated, truncated, valid, info)
+
+    def _finish(self, done: np.ndarray, episode: dict[str, np.ndarray], final_obs: dict[str, Any],
+                final_success: np.ndarray, finished: np.ndarray) -> None:
+        """Record metrics and the final observation of episodes ending now."""
+        episode["success_once"][done] = self._success_once[done]
+        episode["success_at_end"][done] = self._last_success[done]
+        episode["return"][done] = self._return[done]
+        episode["length"][done] = self._elapsed[done]
+        final_success[done] = self._last_success[done]
+        for key in self._array_keys:
+            final_obs[key][done] = self._obs[key][done]
+        for i in done:
+            final_obs["instruction"][i] = self._instructions[i]
+        finished[done] = True
+        self._live[done] = False
+
+    def _check_actions(self, actions: Any, chunked: bool) -> np.ndarray:
+        if hasattr(actions, "detach"):  # torch.Tensor, without importing torch here
+            actions = actions.detach().cpu().numpy()
+        actions = np.asarray(actions)
+        a = self.single_action_space.shape[0]
+        want = f"({self.num_envs}, C, {a})" if chunked else f"({self.num_envs}, {a})"
+        if actions.dtype.kind not in "fiu":
+            raise TypeError(f"actions must be a real-valued array {want}, got dtype {actions.dtype}")
+        ndim = 3 if chunked else 2
+        if (actions.ndim != ndim or actions.shape[0] != self.num_envs or actions.shape[-1] != a
+                or (chunked and actions.shape[1] < 1)):
+            raise ValueError(f"actions must have shape {want}, got {actions.shape}")
+        actions = actions.astype(np.float32, copy=False)
+        finite = np.isfinite(actions).reshape(self.num_envs, -1).all(axis=1)
+        if not finite.all():
+            raise ValueError(f"actions contain NaN or inf for env(s) {np.flatnonzero(~finite).tolist()}")
+        low, high = self.single_action_space.low, self.single_action_space.high
+        outside = ((actions < low) | (actions > high)).reshape(self.num_envs, -1).any(axis=1)
+        if outside.any():
+            if self.action_out_of_range == "raise":
+                raise ValueError(
+                    f"actions outside [{low.min()}, {high.max()}] for env(s) "
+                    f"{np.flatnonzero(outside).tolist()}; pass action_out_of_range='clip' to clip"
+                )
+            actions = np.clip(actions, low, high)
+        return actions
+
+    # ------------------------------------------------------------------ misc
+    def _current_obs(self) -> dict[str, Any]:
+        obs: dict[str, Any] = {k: v.copy() for k, v in self._obs.items()}
+        obs["instruction"] = tuple(self._instructions)
+        return obs
+
+    def add_step_observer(self, observer: Callable[[dict[str, Any]], None]) -> None:
+        """Call ``observer`` after every sub-step with a dict of the current ``obs``,
+        ``instruction``, and per-env ``reward``, ``success``, ``valid`` and ``elapsed`` (steps
+        of the running episode; 0 right after a reset). The video recorder uses this to see
+        every sub-step of a chunk. Observers must not modify the arrays."""
+        self._observers.append(observer)
+
+    @property
+    def instructions(self) -> tuple[str, ...]:
+        """The instruction of each env's current episode."""
+        return tuple(self._instructions)
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise ClosedEnvError("this env is closed; make a new one")
+
+    def close(self, **kwargs: Any) -> None:
+        if not self.closed:
+            self.closed = True
+            self.backend.close()

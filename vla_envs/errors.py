@@ -1,0 +1,27 @@
+"""Exceptions raised by vla_envs. Each names what was wrong and what is allowed."""
+
+from __future__ import annotations
+
+
+class VlaEnvError(Exception):
+    """Base class of every error raised by vla_envs."""
+
+
+class BackendNotInstalledError(VlaEnvError, ImportError):
+    """A simulator backend's Python package or system library is missing."""
+
+
+class AssetsMissingError(VlaEnvError, FileNotFoundError):
+    """A task's assets are not on disk; the message names the fetch command."""
+
+
+class WorkerError(VlaEnvError, RuntimeError):
+    """An env worker process raised or died. ``env_index`` names the env."""
+
+    def __init__(self, message: str, env_index: int):
+        super().__init__(message)
+        self.env_index = env_index
+
+
+class ClosedEnvError(VlaEnvError, RuntimeError):
+    """The env was used after ``close()``."""

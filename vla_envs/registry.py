@@ -1,0 +1,109 @@
+"""Every task id this package provides, registered with Gymnasium on ``import vla_envs``.
+
+``gym.make(id, num_envs=N, **kwargs)`` and ``gym.make_vec(id, num_envs=N, **kwargs)`` both
+return a ``ChunkVectorEnv``. Keyword arguments are the backend's (``sim_backend``,
+``image_size``, ...) plus the contract's (``auto_reset``, ``ignore_terminations``,
+``chunk_reset``, ``use_fixed_reset_state_ids``, ``group_size``, ...).
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import importlib.util
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import gymnasium as gym
+
+from vla_envs.errors import VlaEnvError
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """A registered task: which backend builds it and with what arguments."""
+
+    id: str
+    backend: str
+    """``"maniskill"``, ``"libero"`` or ``"franka"``."""
+    suite: str
+    """Group of related tasks (e.g. ``"maniskill-primitives"``)."""
+    max_episode_steps: int
+    """The task's default time limit."""
+    factory: str
+    """``"module:function"`` called as ``function(num_envs=N, **kwargs, **user_kwargs)``."""
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    requires: tuple[str, ...] = ()
+    """Python modules the backend needs."""
+    extra: str = ""
+    """The pip extra that installs ``requires``."""
+
+    def backend_installed(self) -> bool:
+        return all(importlib.util.find_spec(m) is not None for m in self.requires)
+
+    def assets_present(self) -> bool:
+        """Tasks with downloadable assets override this through their factory module."""
+        module, _, _ = self.factory.partition(":")
+        check = getattr(importlib.import_module(module), "assets_present", None)
+        return True if check is None else bool(check(self))
+
+    def make(self, num_envs: int = 1, **kwargs: Any):
+        module, _, name = self.factory.partition(":")
+        factory: Callable[..., Any] = getattr(importlib.import_module(module), name)
+        return factory(num_envs=num_envs, **{**self.kwargs, **kwargs})
+
+
+_MANISKILL = "vla_envs.backends.maniskill.make:make_maniskill_vector_env"
+_MANISKILL_PRIMITIVES = {
+    # ManiSkill's own ids live in Gymnasium's default namespace once mani_skill is imported;
+    # ours carry the "vla/" namespace so neither registration overrides the other.
+    "vla/PickCube-v1": ("PickCube-v1", 50, "pick up the red cube and move it to the green target"),
+    "vla/PushCube-v1": ("PushCube-v1", 50, "push the cube onto the red and white target"),
+    "vla/StackCube-v1": ("StackCube-v1", 50, "stack the red cube on top of the green cube"),
+    "vla/PullCube-v1": ("PullCube-v1", 50, "pull the cube onto the red and white target"),
+}
+
+TASKS: dict[str, TaskSpec] = {
+    env_id: TaskSpec(env_id, "maniskill", "maniskill-primitives", steps, _MANISKILL,
+                     {"task": task, "instruction": text}, ("mani_skill", "sapien"), "maniskill")
+    for env_id, (task, steps, text) in _MANISKILL_PRIMITIVES.items()
+}
+
+
+def get_task(env_id: str) -> TaskSpec:
+    """The spec of ``env_id``; an unknown id raises a KeyError listing close matches."""
+    if env_id in TASKS:
+        return TASKS[env_id]
+    close = difflib.get_close_matches(env_id, TASKS, n=5, cutoff=0.5)
+    hint = f"did you mean: {', '.join(close)}? " if close else ""
+    raise VlaEnvError(
+        f"unknown env id {env_id!r}; {hint}`vla-envs list` prints every id "
+        f"({len(TASKS)} registered)"
+    )
+
+
+def _entry_point(env_id: str) -> Callable[..., Any]:
+    def make(num_envs: int = 1, **kwargs: Any):
+        spec = get_task(env_id)
+        if not spec.backend_installed():
+            from vla_envs.errors import BackendNotInstalledError
+
+            raise BackendNotInstalledError(
+                f"{env_id} needs the {spec.backend} backend ({', '.join(spec.requires)}); "
+                f"install it with: bash scripts/setup.sh {spec.extra}   "
+                f"(or: pip install 'vla-rl[{spec.extra}]')"
+            )
+        return spec.make(num_envs=num_envs, **kwargs)
+
+    make.__name__ = f"make_{env_id.replace('/', '_').replace('-', '_')}"
+    return make
+
+
+def register_all() -> None:
+    """Register every task id with Gymnasium (idempotent)."""
+    for env_id in TASKS:
+        if env_id in gym.registry:
+            continue
+        entry = _entry_point(env_id)
+        gym.register(env_id, entry_point=entry, vector_entry_point=entry,
+                     disable_env_checker=True, order_enforce=False)
