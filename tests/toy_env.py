@@ -56,3 +56,16 @@ class ToyEnv(TaskEnv):
     def fail_next_step(self, how: str) -> None:
         """Make the next ``step`` raise (``"raise"``) or kill the process (``"exit"``)."""
         self._fail = how
+
+
+def make_toy_vector_env(num_envs: int = 1, max_episode_steps: int = 10, pool: bool = False, **contract_kwargs):
+    """A registry factory for ToyEnv (serial, or a process pool with ``pool=True``)."""
+    import functools
+
+    from vla_envs.core import ChunkVectorEnv
+    from vla_envs.core.pool import ProcessPoolBackend
+    from vla_envs.core.serial import SerialBackend
+
+    fns = [functools.partial(ToyEnv, max_episode_steps)] * num_envs
+    backend = ProcessPoolBackend(fns) if pool else SerialBackend(fns)
+    return ChunkVectorEnv(backend, **contract_kwargs)

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The test suite on a fresh machine: set up (system packages as root, venv, extras), then
+# pytest. Extra arguments go to pytest, e.g. `bash scripts/run_tests.sh -m "not slow"`.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+bash "$ROOT/scripts/setup.sh" maniskill,dev
+cd "$ROOT"
+export HF_HUB_OFFLINE=1 PYTHONHASHSEED=0
+exec .venv/bin/python -m pytest "$@"

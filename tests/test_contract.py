@@ -1,0 +1,266 @@
+"""Semantics of ChunkVectorEnv on the deterministic ToyEnv (see toy_env.py).
+
+ToyEnv: success/termination where the action's gripper dim > 0.5, reward 1.0 then, else 0.1;
+``state = [t, state_id, a0]``; image filled with ``(state_id + t) % 256``.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.vector import AutoresetMode
+from toy_env import ToyEnv
+
+from vla_envs.core import ChunkVectorEnv
+from vla_envs.core.serial import SerialBackend
+from vla_envs.errors import ClosedEnvError
+
+N, A = 4, 7
+
+
+def make(n=N, max_steps=10, **kw) -> ChunkVectorEnv:
+    return ChunkVectorEnv(SerialBackend([lambda: ToyEnv(max_steps)] * n), **kw)
+
+
+def actions(c=1, succeed: dict[tuple[int, int], bool] | None = None, n=N) -> np.ndarray:
+    """Zero actions [n, c, 7]; succeed[(env, sub_step)] sets the gripper dim to 1."""
+    a = np.zeros((n, c, A), np.float32)
+    for (i, j) in (succeed or {}):
+        a[i, j, 6] = 1.0
+    return a
+
+
+def t_of(obs) -> np.ndarray:
+    return obs["state"][:, 0].astype(int)
+
+
+def test_reset_obs_follow_documented_dict_and_space():
+    env = make()
+    obs, info = env.reset(seed=0)
+    assert set(obs) == {"image", "state", "instruction"}
+    assert obs["image"].dtype == np.uint8 and obs["image"].shape == (N, 4, 4, 3)
+    assert obs["state"].dtype == np.float32 and obs["state"].shape == (N, 3)
+    assert isinstance(obs["instruction"], tuple) and len(obs["instruction"]) == N
+    assert env.observation_space.contains(obs)
+    assert info["state_id"].shape == (N,)
+    assert obs["instruction"][0] == f"count from {info['state_id'][0]}"
+    assert env.metadata["autoreset_mode"] == AutoresetMode.SAME_STEP
+    assert make(auto_reset=False).metadata["autoreset_mode"] == AutoresetMode.DISABLED
+
+
+def test_step_auto_reset_keeps_final_obs_and_resets_only_finished_env():
+    env = make()
+    env.reset(seed=0)
+    env.step(actions()[:, 0])
+    obs, rew, term, trunc, info = env.step(actions(succeed={(2, 0): True})[:, 0])
+    assert term.tolist() == [False, False, True, False] and not trunc.any()
+    assert rew.tolist() == pytest.approx([0.1, 0.1, 1.0, 0.1])
+    assert t_of(obs).tolist() == [2, 2, 0, 2]  # env 2 already reset (SAME_STEP)
+    assert info["_final_obs"].tolist() == [False, False, True, False]
+    assert info["final_obs"]["state"][2, 0] == 2  # its terminal observation
+    assert info["final_info"]["success"][2]
+    ep = info["episode"]
+    assert set(ep) == {"success_once", "success_at_end", "return", "length"}
+    assert info["_episode"].tolist() == [False, False, True, False]
+    assert ep["length"][2] == 2 and ep["return"][2] == pytest.approx(1.1)
+    assert ep["success_once"][2] and ep["success_at_end"][2]
+
+
+def test_truncation_at_time_limit_and_ignore_terminations_reports_success_at_end():
+    env = make(max_steps=3, ignore_terminations=True)
+    env.reset(seed=1)
+    # succeed at step 1 only: the episode goes on to the time limit.
+    out = env.chunk_step(actions(3, succeed={(0, 0): True}))
+    assert not out.terminated.any()
+    assert out.truncated[:, 2].all() and not out.truncated[:, :2].any()
+    assert out.valid.all()
+    ep = out.info["episode"]
+    assert ep["success_once"].tolist() == [True, False, False, False]
+    assert ep["success_at_end"].tolist() == [False] * N
+    assert (ep["length"] == 3).all()
+    # succeed at the last step: success_at_end
+    out = env.chunk_step(actions(3, succeed={(1, 2): True}))
+    assert out.info["episode"]["success_at_end"].tolist() == [False, True, False, False]
+
+
+@pytest.mark.parametrize("chunk_reset", ["end_of_chunk", "immediate"])
+def test_chunk_valid_mask_and_skipping(chunk_reset):
+    env = make(chunk_reset=chunk_reset)
+    env.reset(seed=0)
+    out = env.chunk_step(actions(4, succeed={(1, 1): True, (3, 3): True}))
+    assert out.valid.tolist() == [[True] * 4, [True, True, False, False], [True] * 4, [True] * 4]
+    assert out.rewards[1].tolist() == pytest.approx([0.1, 1.0, 0.0, 0.0])
+    assert out.terminated[1].tolist() == [False, True, False, False]
+    # skipped remaining actions: env 1 starts its new episode at t=0 after the chunk.
+    assert t_of(out.obs).tolist() == [4, 0, 4, 0]
+    assert out.info["final_obs"]["state"][1, 0] == 2
+    assert out.info["episode"]["length"].tolist() == [0, 2, 0, 4]
+
+
+def test_immediate_reset_without_skipping_runs_tail_in_new_episode():
+    env = make(chunk_reset="immediate", skip_finished_actions=False)
+    env.reset(seed=0)
+    out = env.chunk_step(actions(4, succeed={(1, 0): True}))
+    assert out.valid[1].tolist() == [True, False, False, False]
+    # the 3 remaining actions were executed in the new episode (reported, not valid)
+    assert t_of(out.obs)[1] == 3
+    assert out.rewards[1].tolist() == pytest.approx([1.0, 0.1, 0.1, 0.1])
+    assert out.info["final_obs"]["state"][1, 0] == 1
+    out = env.chunk_step(actions(1, succeed={(1, 0): True}))
+    assert out.info["episode"]["length"][1] == 4 and out.info["episode"]["return"][1] == pytest.approx(1.3)
+
+
+def test_end_of_chunk_without_skipping_discards_tail_of_finished_episode():
+    env = make(chunk_reset="end_of_chunk", skip_finished_actions=False)
+    env.reset(seed=0)
+    out = env.chunk_step(actions(4, succeed={(1, 0): True, (1, 2): True}))
+    assert out.rewards[1].tolist() == pytest.approx([1.0, 0.0, 0.0, 0.0])
+    assert not out.terminated[1, 1:].any()
+    assert out.info["final_obs"]["state"][1, 0] == 1  # terminal obs, not the tail's
+    assert t_of(out.obs)[1] == 0
+    assert out.info["episode"]["length"][1] == 1
+
+
+def test_without_auto_reset_finished_env_stays_finished_until_reset():
+    env = make(auto_reset=False)
+    obs0, info0 = env.reset(seed=0)
+    out = env.chunk_step(actions(2, succeed={(0, 0): True}))
+    assert "final_obs" not in out.info and out.info["_episode"].tolist() == [True, False, False, False]
+    assert t_of(out.obs)[0] == 1  # frozen at its terminal observation
+    out = env.chunk_step(actions(2))
+    assert not out.valid[0].any() and (out.rewards[0] == 0).all() and "episode" not in out.info
+    assert t_of(out.obs).tolist() == [1, 4, 4, 4]
+    obs, info = env.reset(options={"reset_mask": np.array([True, False, False, False])})
+    assert t_of(obs).tolist() == [0, 4, 4, 4]
+    assert (info["state_id"][1:] == info0["state_id"][1:]).all()
+    assert env.chunk_step(actions(1)).valid.all()
+
+
+def test_fixed_reset_state_ids_are_shared_by_groups_across_partial_resets():
+    env = make(n=6, use_fixed_reset_state_ids=True, group_size=3)
+    _, info = env.reset(seed=3)
+    ids = info["state_id"]
+    assert ids[0] == ids[1] == ids[2] and ids[3] == ids[4] == ids[5] and ids[0] != ids[3]
+    # env 0 finishes first; env 1 later: both start their 2nd episode from the same id.
+    out = env.chunk_step(actions(2, succeed={(0, 0): True}, n=6))
+    second = out.info["state_id"][0]
+    assert second != ids[0]
+    out = env.chunk_step(actions(2, succeed={(1, 1): True}, n=6))
+    assert out.info["state_id"][1] == second and out.info["state_id"][2] == ids[2]
+    # seeded: the same seed gives the same ids
+    _, again = make(n=6, use_fixed_reset_state_ids=True, group_size=3).reset(seed=3)
+    assert again["state_id"].tolist() == ids.tolist()
+
+
+def test_explicit_state_ids_pin_initial_states_of_reset_envs():
+    env = make()
+    pinned = np.array([5, -1, 7, -1])
+    obs, info = env.reset(seed=0, options={"state_ids": pinned})
+    assert info["state_id"][0] == 5 and info["state_id"][2] == 7
+    assert obs["state"][:, 1][[0, 2]].tolist() == [5, 7]
+    obs, info = env.reset(options={"reset_mask": np.array([False, True, False, False]),
+                                   "state_ids": np.array([-1, 42, -1, -1])})
+    assert info["state_id"].tolist()[:3] == [5, 42, 7]
+
+
+def test_deterministic_for_a_seed():
+    def run(seed):
+        env = make(use_fixed_reset_state_ids=True, group_size=2)
+        obs, _ = env.reset(seed=seed)
+        rng = np.random.default_rng(0)
+        trace = [obs["image"].copy()]
+        for _ in range(5):
+            a = rng.uniform(-1, 1, (N, 3, A)).astype(np.float32)
+            out = env.chunk_step(a)
+            trace += [out.obs["image"].copy(), out.rewards.copy(), out.info["state_id"].copy()]
+        return trace
+
+    a, b, c = run(7), run(7), run(8)
+    assert all(np.array_equal(x, y) for x, y in zip(a, b))
+    assert not all(np.array_equal(x, y) for x, y in zip(a, c))
+
+
+def test_gym_make_and_make_vec_return_the_contract(tmp_path):
+    import vla_envs  # noqa: F401
+    from vla_envs.registry import TASKS, TaskSpec, register_all
+
+    TASKS["vla/Toy-v0"] = TaskSpec("vla/Toy-v0", "toy", "tests", 10, "toy_env:make_toy_vector_env")
+    register_all()
+    env = gym.make("vla/Toy-v0", num_envs=3, group_size=3, use_fixed_reset_state_ids=True)
+    assert isinstance(env, ChunkVectorEnv) and env.num_envs == 3 and env.spec.id == "vla/Toy-v0"
+    venv = gym.make_vec("vla/Toy-v0", num_envs=2)
+    assert isinstance(venv, ChunkVectorEnv) and venv.num_envs == 2
+    assert isinstance(gym.make("vla_envs:vla/Toy-v0"), ChunkVectorEnv)
+
+
+# --------------------------------------------------------------------- bad input
+@pytest.mark.parametrize(
+    "bad, err, text",
+    [
+        (np.zeros((N, 6), np.float32), ValueError, "shape"),
+        (np.zeros((N - 1, 7), np.float32), ValueError, "shape"),
+        (np.zeros((N, 7), bool), TypeError, "real-valued"),
+        (np.array([["a"] * 7] * N), TypeError, "real-valued"),
+        (np.full((N, 7), np.nan, np.float32), ValueError, "NaN or inf for env(s) [0, 1, 2, 3]"),
+    ],
+)
+def test_bad_actions_are_rejected_with_a_clear_error(bad, err, text):
+    env = make()
+    env.reset(seed=0)
+    with pytest.raises(err, match=text.replace("[", r"\[").replace("]", r"\]").replace("(", r"\(").replace(")", r"\)")):
+        env.step(bad)
+    env.step(np.zeros((N, 7), np.float32))  # the env is still usable
+
+
+def test_inf_in_one_env_names_that_env():
+    env = make()
+    env.reset(seed=0)
+    a = actions(3)
+    a[2, 1, 0] = np.inf
+    with pytest.raises(ValueError, match=r"env\(s\) \[2\]"):
+        env.chunk_step(a)
+
+
+def test_out_of_range_actions_clip_by_default_or_raise():
+    env = make()
+    env.reset(seed=0)
+    a = np.zeros((N, 7), np.float32)
+    a[:, 0] = 3.0
+    obs, *_ = env.step(a)
+    assert (obs["state"][:, 2] == 1.0).all()  # ToyEnv echoes a0: it was clipped
+    strict = make(action_out_of_range="raise")
+    strict.reset(seed=0)
+    with pytest.raises(ValueError, match="outside"):
+        strict.step(a)
+
+
+def test_misuse_errors():
+    env = make()
+    with pytest.raises(RuntimeError, match="reset"):
+        env.step(np.zeros((N, 7)))
+    with pytest.raises(ValueError, match="allowed"):
+        env.reset(options={"env_ids": [0]})
+    with pytest.raises(ValueError, match="bool with shape"):
+        env.reset(options={"reset_mask": np.array([1, 0, 0, 0])})
+    with pytest.raises(ValueError, match="selects no env"):
+        env.reset(options={"reset_mask": np.zeros(N, bool)})
+    with pytest.raises(ValueError, match=r"out of range for env\(s\) \[1\]"):
+        env.reset(options={"state_ids": np.array([0, 1000, 0, 0])})
+    with pytest.raises(TypeError, match="seed"):
+        env.reset(seed=[1, 2, 3, 4])
+    with pytest.raises(ValueError, match="group_size"):
+        make(group_size=3)
+    with pytest.raises(ValueError, match="chunk_reset"):
+        make(chunk_reset="later")
+    env.close()
+    with pytest.raises(ClosedEnvError):
+        env.reset()
+
+
+def test_skipping_requires_a_backend_that_can_skip():
+    backend = SerialBackend([ToyEnv])
+    backend.can_skip_envs = False
+    with pytest.raises(ValueError, match="skip_finished_actions"):
+        ChunkVectorEnv(backend, skip_finished_actions=True)
+    assert ChunkVectorEnv(backend).skip_finished_actions is False
