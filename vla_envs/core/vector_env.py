@@ -69,7 +69,9 @@ class ChunkVectorEnv(VectorEnv, gym.Env):
         group_size: envs per group; must divide ``num_envs``.
         action_out_of_range: ``"clip"`` (default) clips actions to [-1, 1];
             ``"raise"`` rejects them with a ValueError.
-        max_episode_steps: override the task's time limit.
+        time_limit: override the task's time limit (steps per episode); the value in force
+            is ``env.max_episode_steps``. (Not ``max_episode_steps=``: ``gym.make`` takes that
+            name for its own single-env TimeLimit wrapper.)
 
     Example:
         >>> import gymnasium as gym, vla_envs  # doctest: +SKIP
@@ -91,7 +93,7 @@ class ChunkVectorEnv(VectorEnv, gym.Env):
         use_fixed_reset_state_ids: bool = False,
         group_size: int = 1,
         action_out_of_range: OutOfRange = "clip",
-        max_episode_steps: int | None = None,
+        time_limit: int | None = None,
     ):
         self.backend = backend
         n = backend.num_envs
@@ -112,8 +114,8 @@ class ChunkVectorEnv(VectorEnv, gym.Env):
             raise ValueError(
                 f"group_size={group_size!r} must be a positive integer dividing num_envs={n}"
             )
-        if max_episode_steps is not None and max_episode_steps < 1:
-            raise ValueError(f"max_episode_steps={max_episode_steps} must be >= 1")
+        if time_limit is not None and (not isinstance(time_limit, (int, np.integer)) or time_limit < 1):
+            raise ValueError(f"time_limit={time_limit!r} must be a positive integer (steps)")
 
         self.num_envs = n
         self.single_observation_space = backend.single_observation_space
@@ -127,7 +129,7 @@ class ChunkVectorEnv(VectorEnv, gym.Env):
         self.use_fixed_reset_state_ids = bool(use_fixed_reset_state_ids)
         self.group_size = int(group_size)
         self.action_out_of_range = action_out_of_range
-        self.max_episode_steps = int(max_episode_steps or backend.max_episode_steps)
+        self.max_episode_steps = int(time_limit or backend.max_episode_steps)
         self.metadata = {
             "autoreset_mode": AutoresetMode.SAME_STEP if auto_reset else AutoresetMode.DISABLED,
             "render_modes": [],

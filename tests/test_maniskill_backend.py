@@ -1,0 +1,107 @@
+"""The contract against the real ManiSkill CPU backend (PhysX CPU + lavapipe rendering)."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import vla_envs  # noqa: F401
+from vla_envs.core import ChunkVectorEnv
+
+pytestmark = [pytest.mark.maniskill, pytest.mark.slow]
+pytest.importorskip("mani_skill", reason="needs the [maniskill] extra: bash scripts/setup.sh maniskill")
+
+N, C, MAX_STEPS = 2, 4, 6
+
+
+@pytest.fixture(scope="module")
+def env():
+    e = gym.make("vla/PickCube-v1", num_envs=N, image_size=64, time_limit=MAX_STEPS,
+                 use_fixed_reset_state_ids=True, group_size=N)
+    yield e
+    e.close()
+
+
+def test_make_returns_contract_with_documented_obs(env):
+    assert isinstance(env, ChunkVectorEnv)
+    obs, info = env.reset(seed=0)
+    assert obs["image"].shape == (N, 64, 64, 3) and obs["image"].dtype == np.uint8
+    assert obs["state"].shape == (N, 16) and obs["state"].dtype == np.float32
+    assert obs["instruction"] == ("pick up the red cube and move it to the green target",) * N
+    assert env.observation_space.contains(obs)
+    assert obs["image"].std() > 5  # a rendered scene, not a blank buffer
+
+
+def test_seeded_resets_are_deterministic_and_groups_share_state(env):
+    a, ia = env.reset(seed=0)
+    b, ib = env.reset(seed=0)
+    c, ic = env.reset(seed=1)
+    assert ia["state_id"].tolist() == ib["state_id"].tolist() != ic["state_id"].tolist()
+    np.testing.assert_array_equal(a["image"], b["image"])
+    assert not np.array_equal(a["image"], c["image"])
+    # one group: both envs start from the same initial state, in two processes
+    np.testing.assert_array_equal(a["image"][0], a["image"][1])
+    np.testing.assert_array_equal(a["state"][0], a["state"][1])
+
+
+def test_chunks_truncate_auto_reset_and_keep_final_obs(env):
+    env.reset(seed=5)
+    rng = np.random.default_rng(0)
+    a = np.repeat(rng.uniform(-1, 1, (1, C, 7)).astype(np.float32), N, axis=0)
+    first = env.chunk_step(a)
+    assert first.valid.all() and not first.truncated.any()
+    # same actions from the same state in two processes: same physics
+    np.testing.assert_allclose(first.rewards[0], first.rewards[1], rtol=1e-5)
+    second = env.chunk_step(a)
+    # MAX_STEPS=6: the episode ends at the 2nd sub-step of the 2nd chunk
+    assert second.truncated[:, 1].all() and not second.truncated[:, [0, 2, 3]].any()
+    assert second.valid.tolist() == [[True, True, False, False]] * N
+    assert (second.rewards[:, 2:] == 0).all()
+    assert second.info["_final_obs"].all() and (second.info["episode"]["length"] == MAX_STEPS).all()
+    assert not np.array_equal(second.info["final_obs"]["image"], second.obs["image"])
+    # the auto-reset observation is exactly the initial state its id names
+    ids = second.info["state_id"]
+    assert ids[0] == ids[1]
+    obs, info = env.reset(options={"state_ids": ids})
+    np.testing.assert_array_equal(obs["image"], second.obs["image"])
+
+
+def test_bad_actions_leave_the_pool_usable(env):
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match="NaN"):
+        env.step(np.full((N, 7), np.nan, np.float32))
+    with pytest.raises(ValueError, match="shape"):
+        env.chunk_step(np.zeros((N, 7), np.float32))
+    out = env.chunk_step(np.zeros((N, 2, 7), np.float32))
+    assert out.valid.all()
+
+
+def test_single_env_passes_gymnasium_env_checker():
+    from gymnasium.utils.env_checker import check_env
+
+    from vla_envs.backends.maniskill.task_env import ManiSkillTaskEnv
+
+    single = ManiSkillTaskEnv("PickCube-v1", "pick up the red cube", image_hw=(32, 32))
+    try:
+        check_env(single, skip_render_check=True)
+    finally:
+        single.close()
+
+
+@pytest.mark.gpu
+def test_gpu_batched_backend_in_process():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    from vla_envs.backends.maniskill.gpu import ManiSkillGPUBackend
+
+    env = gym.make("vla/PickCube-v1", num_envs=8, image_size=64, time_limit=MAX_STEPS)
+    try:
+        assert isinstance(env.backend, ManiSkillGPUBackend) and not env.skip_finished_actions
+        env.reset(seed=0)
+        out = env.chunk_step(np.zeros((8, C, 7), np.float32))
+        out = env.chunk_step(np.zeros((8, C, 7), np.float32))
+        assert out.truncated[:, 1].all() and out.info["_final_obs"].all()
+    finally:
+        env.close()

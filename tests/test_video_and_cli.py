@@ -1,0 +1,77 @@
+"""The video recorder, the registry and the ``vla-envs`` CLI."""
+
+from __future__ import annotations
+
+import functools
+
+import imageio.v2 as imageio
+import numpy as np
+import pytest
+from toy_env import ToyEnv
+
+import vla_envs
+from vla_envs.cli import main
+from vla_envs.core import ChunkVectorEnv
+from vla_envs.core.serial import SerialBackend
+from vla_envs.errors import BackendNotInstalledError, VlaEnvError
+from vla_envs.registry import TASKS, TaskSpec, get_task, register_all
+from vla_envs.wrappers import RecordVideo, tile_frames
+
+
+def test_tile_frames_grid_and_sizes():
+    imgs = np.stack([np.full((8, 8, 3), 40 * i, np.uint8) for i in range(5)])
+    frame = tile_frames(imgs, None, min_tile=16)
+    assert frame.shape == (32, 48, 3)  # 2 rows x 3 cols of 16 px tiles
+    assert frame[0, 0, 0] == 0 and frame[0, 16, 0] == 40 and frame[16, 16, 0] == 160
+
+
+def test_record_video_writes_every_sub_step(tmp_path):
+    env = ChunkVectorEnv(SerialBackend([functools.partial(ToyEnv, 4)] * 3))
+    path = tmp_path / "v" / "rollout.mp4"
+    rec = RecordVideo(env, path, fps=5)
+    rec.reset(seed=0)
+    a = np.zeros((3, 3, 7), np.float32)
+    a[1, 1, 6] = 1.0
+    for _ in range(2):
+        out = rec.chunk_step(a)
+    assert out.rewards.shape == (3, 3)
+    rec.close()
+    assert env.closed
+    reader = imageio.get_reader(path, format="FFMPEG")
+    assert reader.count_frames() == 1 + 2 * 3  # reset + every sub-step
+    h, w = reader.get_meta_data()["size"]
+    assert h % 16 == 0 and w % 16 == 0
+
+
+def test_unknown_id_lists_close_matches():
+    with pytest.raises(VlaEnvError, match="did you mean: vla/PickCube-v1"):
+        get_task("vla/PickCub-v1")
+    import gymnasium as gym
+
+    with pytest.raises(gym.error.NameNotFound, match="Did you mean: `PickCube`"):
+        gym.make("vla/PickCub-v1")
+
+
+def test_missing_backend_names_the_install_command():
+    TASKS["vla/NeedsMissing-v0"] = TaskSpec(
+        "vla/NeedsMissing-v0", "libero", "tests", 10, "toy_env:make_toy_vector_env",
+        requires=("a_module_that_is_not_installed",), extra="libero")
+    register_all()
+    import gymnasium as gym
+
+    with pytest.raises(BackendNotInstalledError, match=r"pip install 'vla-rl\[libero\]'"):
+        gym.make("vla/NeedsMissing-v0", num_envs=1)
+    del TASKS["vla/NeedsMissing-v0"]
+
+
+def test_cli_list_prints_every_id(capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    for env_id in vla_envs.TASKS:
+        assert env_id in out
+    assert "max_steps" in out
+
+
+def test_cli_rollout_unknown_id_exits_nonzero(capsys):
+    assert main(["rollout", "vla/PickCub-v1"]) == 2
+    assert "did you mean" in capsys.readouterr().err
