@@ -105,3 +105,13 @@ def test_gpu_batched_backend_in_process():
         assert out.truncated[:, 1].all() and out.info["_final_obs"].all()
     finally:
         env.close()
+
+
+def test_missing_assets_raise_with_the_download_command_never_a_prompt():
+    from vla_envs.backends.maniskill import make_maniskill_vector_env
+    from vla_envs.errors import AssetsMissingError
+
+    # a ManiSkill task whose Bridge assets are a download (absent here and in CI)
+    with pytest.raises(AssetsMissingError, match="download_asset PutCarrotOnPlateInScene-v1"):
+        make_maniskill_vector_env("PutCarrotOnPlateInScene-v1", "put carrot on plate",
+                                  num_envs=1, sim_backend="physx_cpu")

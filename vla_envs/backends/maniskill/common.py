@@ -3,7 +3,6 @@ conversion to the project's convention."""
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
@@ -48,7 +47,6 @@ def make_maniskill_env(task: str, num_envs: int, sim_backend: str, image_hw: tup
     )
     if robot_uids is not None:
         make_kwargs["robot_uids"] = robot_uids
-    os.environ.setdefault("MANISKILL_NO_DOWNLOAD_PROMPT", "1")
     try:
         return gym.make(task, **make_kwargs)
     except RuntimeError as e:
@@ -56,6 +54,42 @@ def make_maniskill_env(task: str, num_envs: int, sim_backend: str, image_hw: tup
         if "vulkan" in text or "physical device" in text:
             raise BackendNotInstalledError(f"{VULKAN_HINT}\n(original error: {e})") from e
         raise
+
+
+def missing_assets(task: str) -> list[str]:
+    """ManiSkill data-source ids that ``task`` needs and that are not on disk.
+
+    ManiSkill itself would prompt (y/n) for them, and on "n" or no stdin exit with code 0 or
+    raise EOFError; we check first so that never happens.
+    """
+    from mani_skill.utils import assets
+    from mani_skill.utils.registration import REGISTERED_ENVS
+
+    import_maniskill()
+    if task not in REGISTERED_ENVS:
+        raise ValueError(f"ManiSkill has no task {task!r}")
+    missing = []
+    for asset_id in REGISTERED_ENVS[task].asset_download_ids or []:
+        ids = (assets.expand_data_group_into_individual_data_source_ids(asset_id)
+               if asset_id in assets.DATA_GROUPS else [asset_id])
+        missing += [i for i in ids if not assets.is_data_source_downloaded(i)]
+    return missing
+
+
+def check_assets(task: str) -> None:
+    """Raise ``AssetsMissingError`` naming the download command if ``task`` lacks assets."""
+    missing = missing_assets(task)
+    if missing:
+        import mani_skill
+
+        from vla_envs.errors import AssetsMissingError
+
+        shown = " ".join(missing[:5]) + (f" (and {len(missing) - 5} more)" if len(missing) > 5 else "")
+        raise AssetsMissingError(
+            f"ManiSkill task {task} needs assets that are not under {mani_skill.ASSET_DIR} "
+            f"(set MS_ASSET_DIR to use another folder): {shown}. On a machine with internet run: "
+            f"python -m mani_skill.utils.download_asset {task}"
+        )
 
 
 def registered_max_steps(task: str) -> int:

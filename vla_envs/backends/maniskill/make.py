@@ -43,7 +43,7 @@ def make_maniskill_vector_env(task: str, instruction: str, num_envs: int = 1, *,
         env_kwargs: extra arguments for ManiSkill's ``gym.make``.
         **contract_kwargs: ``ChunkVectorEnv`` options (auto_reset, ignore_terminations, ...).
     """
-    from vla_envs.backends.maniskill.common import import_maniskill
+    from vla_envs.backends.maniskill.common import check_assets, import_maniskill
 
     if not isinstance(num_envs, int) or num_envs < 1:
         raise ValueError(f"num_envs={num_envs!r} must be a positive integer")
@@ -52,6 +52,7 @@ def make_maniskill_vector_env(task: str, instruction: str, num_envs: int = 1, *,
     image_hw = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
     backend_name = resolve_sim_backend(sim_backend)
     import_maniskill()  # fail here, with the install command, not inside a worker
+    check_assets(task)
     env_kwargs = dict(env_kwargs or {})
     if backend_name == "physx_cuda":
         from vla_envs.backends.maniskill.gpu import ManiSkillGPUBackend
@@ -65,3 +66,10 @@ def make_maniskill_vector_env(task: str, instruction: str, num_envs: int = 1, *,
         fn = functools.partial(ManiSkillTaskEnv, task, instruction, image_hw, reward_mode, **env_kwargs)
         backend = (ProcessPoolBackend if vectorization == "pool" else SerialBackend)([fn] * num_envs)
     return ChunkVectorEnv(backend, **contract_kwargs)
+
+
+def assets_present(spec: Any) -> bool:
+    """For ``vla-envs list``: whether a registered ManiSkill task's assets are on disk."""
+    from vla_envs.backends.maniskill.common import missing_assets
+
+    return not missing_assets(spec.kwargs["task"])
