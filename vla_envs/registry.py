@@ -69,6 +69,16 @@ TASKS: dict[str, TaskSpec] = {
     for env_id, (task, steps, text) in _MANISKILL_PRIMITIVES.items()
 }
 
+_PUT_ON_PLATE = "vla_envs.tasks.put_on_plate.make:make_put_on_plate_vector_env"
+TASKS.update({
+    env_id: TaskSpec(env_id, "maniskill", "put-on-plate", 80, _PUT_ON_PLATE, kwargs,
+                     ("mani_skill", "sapien"), "maniskill")
+    for env_id, kwargs in {
+        "PutOnPlateInScene25Main-v3": {"split": "train"},
+        "PutOnPlateInScene25MainTest-v3": {"split": "test"},
+    }.items()
+})
+
 
 def get_task(env_id: str) -> TaskSpec:
     """The spec of ``env_id``; an unknown id raises a KeyError listing close matches."""

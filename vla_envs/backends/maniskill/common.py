@@ -32,21 +32,28 @@ def import_maniskill() -> Any:
     return mani_skill
 
 
-def make_maniskill_env(task: str, num_envs: int, sim_backend: str, image_hw: tuple[int, int],
-                       reward_mode: str, robot_uids: str | None = None, **kwargs: Any):
-    """Build a ManiSkill env whose own time limit never fires (ours is in ChunkVectorEnv)."""
+def make_maniskill_env(task: str, num_envs: int, sim_backend: str, image_hw: tuple[int, int] | None,
+                       reward_mode: str, obs_mode: str = "rgb", register_module: str | None = None,
+                       **kwargs: Any):
+    """Build a ManiSkill env whose own time limit never fires (ours is in ChunkVectorEnv).
+
+    ``image_hw`` resizes every sensor (None: the task sizes its cameras itself);
+    ``register_module`` is imported first when it registers ``task`` with ManiSkill."""
+    import importlib
+
     import gymnasium as gym
 
     import_maniskill()
-    h, w = image_hw
+    if register_module:
+        importlib.import_module(register_module)
     make_kwargs: dict[str, Any] = dict(
-        obs_mode="rgb", control_mode=CONTROL_MODE, reward_mode=reward_mode,
+        obs_mode=obs_mode, control_mode=CONTROL_MODE, reward_mode=reward_mode,
         num_envs=num_envs, sim_backend=sim_backend,
         render_backend="cpu" if sim_backend == "physx_cpu" else "gpu",
-        sensor_configs=dict(width=w, height=h), max_episode_steps=2**30, **kwargs,
+        max_episode_steps=2**30, **kwargs,
     )
-    if robot_uids is not None:
-        make_kwargs["robot_uids"] = robot_uids
+    if image_hw is not None:
+        make_kwargs["sensor_configs"] = dict(width=image_hw[1], height=image_hw[0])
     try:
         return gym.make(task, **make_kwargs)
     except RuntimeError as e:
@@ -92,11 +99,32 @@ def check_assets(task: str) -> None:
         )
 
 
-def registered_max_steps(task: str) -> int:
+SEED_SPACE = 2**31 - 1
+
+
+def episode_space(env: Any) -> int:
+    """How many initial-state ids ``env`` has: its ``num_episodes`` when it indexes episodes,
+    else the ManiSkill seed space (the id is the episode seed)."""
+    return int(getattr(env, "num_episodes", SEED_SPACE))
+
+
+def reset_kwargs(env: Any, state_ids: list[int]) -> dict[str, Any]:
+    """``reset`` arguments that put ``env``'s envs in initial states ``state_ids``."""
+    ids = [int(s) for s in state_ids]
+    if hasattr(env, "num_episodes"):
+        return {"seed": ids, "options": {"episode_id": ids}}
+    return {"seed": ids if len(ids) > 1 else ids[0]}
+
+
+def registered_max_steps(task: str, register_module: str | None = None) -> int:
     """The time limit ManiSkill registers for ``task``."""
+    import importlib
+
     from mani_skill.utils.registration import REGISTERED_ENVS
 
     import_maniskill()
+    if register_module:
+        importlib.import_module(register_module)
     spec = REGISTERED_ENVS[task]
     return int(spec.max_episode_steps or 100)
 

@@ -8,42 +8,49 @@ import numpy as np
 
 from vla_envs.backends.maniskill.common import (
     convert_obs,
+    episode_space,
     make_maniskill_env,
     registered_max_steps,
+    reset_kwargs,
     to_maniskill_action,
     to_numpy,
 )
-from vla_envs.backends.maniskill.task_env import SEED_SPACE
 from vla_envs.core.backend import BatchedBackend, StepResult
 from vla_envs.core.spaces import make_action_space, make_observation_space
 
 
 class ManiSkillGPUBackend(BatchedBackend):
     """``num_envs`` ManiSkill envs batched on the GPU. All envs step together
-    (``can_skip_envs`` False); partial resets use ManiSkill's ``env_idx`` option."""
+    (``can_skip_envs`` False); partial resets use ManiSkill's ``env_idx`` option. Arguments
+    as ``ManiSkillTaskEnv``'s."""
 
     can_skip_envs = False
-    num_initial_states = SEED_SPACE
 
-    def __init__(self, task: str, instruction: str, num_envs: int,
-                 image_hw: tuple[int, int] = (128, 128), reward_mode: str = "normalized_dense",
-                 **env_kwargs: Any):
+    def __init__(self, task: str, instruction: str | None, num_envs: int,
+                 image_hw: tuple[int, int] | None = (128, 128), reward_mode: str = "normalized_dense",
+                 obs_mode: str = "rgb", register_module: str | None = None, **env_kwargs: Any):
         self.num_envs = num_envs
-        self.instruction = instruction
-        self.max_episode_steps = registered_max_steps(task)
-        self._env = make_maniskill_env(task, num_envs, "physx_cuda", image_hw, reward_mode, **env_kwargs)
-        raw, _ = self._env.reset(seed=list(range(num_envs)))
-        state_dim = convert_obs(raw)["state"].shape[-1]
-        self.single_observation_space = make_observation_space(image_hw, state_dim)
+        self.fixed_instruction = instruction
+        self.max_episode_steps = registered_max_steps(task, register_module)
+        self._env = make_maniskill_env(task, num_envs, "physx_cuda", image_hw, reward_mode, obs_mode,
+                                       register_module, **env_kwargs)
+        self.num_initial_states = episode_space(self._env.unwrapped)
+        raw, _ = self._env.reset(**reset_kwargs(self._env.unwrapped, list(range(num_envs))))
+        obs = convert_obs(raw)
+        self.single_observation_space = make_observation_space(obs["image"].shape[1:3], obs["state"].shape[-1])
         self.single_action_space = make_action_space()
 
     def reset(self, env_ids: np.ndarray, state_ids: np.ndarray):
         import torch
 
-        idx = torch.as_tensor(env_ids, dtype=torch.int64)
-        raw, _ = self._env.reset(seed=[int(s) for s in state_ids], options={"env_idx": idx})
+        kwargs = reset_kwargs(self._env.unwrapped, list(state_ids))
+        kwargs["seed"] = [int(s) for s in state_ids]
+        kwargs.setdefault("options", {})["env_idx"] = torch.as_tensor(env_ids, dtype=torch.int64)
+        raw, _ = self._env.reset(**kwargs)
         obs = convert_obs(raw)
-        return {k: v[env_ids] for k, v in obs.items()}, [self.instruction] * len(env_ids)
+        texts = ([self.fixed_instruction] * self.num_envs if self.fixed_instruction
+                 else list(self._env.unwrapped.instruction))
+        return {k: v[env_ids] for k, v in obs.items()}, [texts[i] for i in env_ids]
 
     def step(self, actions: np.ndarray, active: np.ndarray) -> StepResult:
         import torch

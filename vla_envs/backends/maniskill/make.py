@@ -22,24 +22,27 @@ def resolve_sim_backend(sim_backend: str) -> str:
     return "physx_cuda" if torch.cuda.is_available() else "physx_cpu"
 
 
-def make_maniskill_vector_env(task: str, instruction: str, num_envs: int = 1, *,
+def make_maniskill_vector_env(task: str, instruction: str | None, num_envs: int = 1, *,
                               sim_backend: str = "auto", vectorization: str = "pool",
-                              image_size: int | tuple[int, int] = 128,
-                              reward_mode: str = "normalized_dense",
+                              image_size: int | tuple[int, int] | None = 128,
+                              reward_mode: str = "normalized_dense", obs_mode: str = "rgb",
+                              register_module: str | None = None,
                               env_kwargs: dict[str, Any] | None = None,
                               **contract_kwargs: Any) -> ChunkVectorEnv:
     """A ManiSkill task as the project's vector env.
 
     Args:
         task: ManiSkill env id.
-        instruction: language instruction of every episode.
+        instruction: language instruction of every episode (None: the task's own).
         num_envs: batch size.
         sim_backend: ``"auto"``, ``"physx_cpu"`` (one env per worker process) or
             ``"physx_cuda"`` (all envs in this process, GPU-batched).
         vectorization: CPU only: ``"pool"`` (worker processes, shared memory) or
             ``"serial"`` (this process; for debugging).
-        image_size: camera side in pixels, or (height, width).
+        image_size: camera side in pixels, or (height, width); None: the task's cameras.
         reward_mode: ManiSkill reward mode.
+        obs_mode: ManiSkill observation mode (an rgb mode).
+        register_module: module that registers ``task`` with ManiSkill when imported.
         env_kwargs: extra arguments for ManiSkill's ``gym.make``.
         **contract_kwargs: ``ChunkVectorEnv`` options (auto_reset, ignore_terminations, ...).
     """
@@ -49,21 +52,28 @@ def make_maniskill_vector_env(task: str, instruction: str, num_envs: int = 1, *,
         raise ValueError(f"num_envs={num_envs!r} must be a positive integer")
     if vectorization not in VECTORIZATIONS:
         raise ValueError(f"vectorization={vectorization!r}; allowed: {list(VECTORIZATIONS)}")
-    image_hw = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
+    image_hw = (image_size, image_size) if isinstance(image_size, int) else (
+        tuple(image_size) if image_size is not None else None)
     backend_name = resolve_sim_backend(sim_backend)
     import_maniskill()  # fail here, with the install command, not inside a worker
+    if register_module:
+        import importlib
+
+        importlib.import_module(register_module)
     check_assets(task)
     env_kwargs = dict(env_kwargs or {})
     if backend_name == "physx_cuda":
         from vla_envs.backends.maniskill.gpu import ManiSkillGPUBackend
 
-        backend = ManiSkillGPUBackend(task, instruction, num_envs, image_hw, reward_mode, **env_kwargs)
+        backend = ManiSkillGPUBackend(task, instruction, num_envs, image_hw, reward_mode, obs_mode,
+                                      register_module, **env_kwargs)
     else:
         from vla_envs.backends.maniskill.task_env import ManiSkillTaskEnv
         from vla_envs.core.pool import ProcessPoolBackend
         from vla_envs.core.serial import SerialBackend
 
-        fn = functools.partial(ManiSkillTaskEnv, task, instruction, image_hw, reward_mode, **env_kwargs)
+        fn = functools.partial(ManiSkillTaskEnv, task, instruction, image_hw, reward_mode, obs_mode,
+                               register_module, **env_kwargs)
         backend = (ProcessPoolBackend if vectorization == "pool" else SerialBackend)([fn] * num_envs)
     return ChunkVectorEnv(backend, **contract_kwargs)
 

@@ -8,15 +8,15 @@ import numpy as np
 
 from vla_envs.backends.maniskill.common import (
     convert_obs,
+    episode_space,
     make_maniskill_env,
     registered_max_steps,
+    reset_kwargs,
     to_maniskill_action,
     to_numpy,
 )
 from vla_envs.core.spaces import make_action_space, make_observation_space
 from vla_envs.core.task_env import TaskEnv
-
-SEED_SPACE = 2**31 - 1  # initial-state id = ManiSkill episode seed
 
 
 class ManiSkillTaskEnv(TaskEnv):
@@ -24,33 +24,42 @@ class ManiSkillTaskEnv(TaskEnv):
 
     Args:
         task: ManiSkill env id, e.g. ``"PickCube-v1"``.
-        instruction: the language instruction of every episode.
-        image_hw: camera resolution (height, width).
+        instruction: the instruction of every episode; None: the task's own per-episode
+            ``instruction`` attribute.
+        image_hw: camera resolution (height, width); None: the task sizes its cameras.
         reward_mode: ManiSkill reward mode (``"normalized_dense"``, ``"dense"``, ``"sparse"``).
+        obs_mode: ManiSkill observation mode (an rgb mode).
+        register_module: module to import first that registers ``task`` with ManiSkill.
         env_kwargs: passed to ManiSkill's ``gym.make``.
+
+    Initial-state ids are the task's ``episode_id`` when it has ``num_episodes``, else the
+    ManiSkill episode seed.
     """
 
     metadata = {"render_modes": []}
-    num_initial_states = SEED_SPACE
 
-    def __init__(self, task: str, instruction: str, image_hw: tuple[int, int] = (128, 128),
-                 reward_mode: str = "normalized_dense", **env_kwargs: Any):
+    def __init__(self, task: str, instruction: str | None, image_hw: tuple[int, int] | None = (128, 128),
+                 reward_mode: str = "normalized_dense", obs_mode: str = "rgb",
+                 register_module: str | None = None, **env_kwargs: Any):
         self.task = task
-        self.instruction = instruction
-        self.max_episode_steps = registered_max_steps(task)
-        self._env = make_maniskill_env(task, 1, "physx_cpu", image_hw, reward_mode, **env_kwargs)
-        raw, _ = self._env.reset(seed=0)
-        state_dim = convert_obs(raw)["state"].shape[-1]
-        self.observation_space = make_observation_space(image_hw, state_dim)
+        self.fixed_instruction = instruction
+        self.max_episode_steps = registered_max_steps(task, register_module)
+        self._env = make_maniskill_env(task, 1, "physx_cpu", image_hw, reward_mode, obs_mode,
+                                       register_module, **env_kwargs)
+        self.num_initial_states = episode_space(self._env.unwrapped)
+        raw, _ = self._env.reset(**reset_kwargs(self._env.unwrapped, [0]))
+        obs = convert_obs(raw)
+        self.observation_space = make_observation_space(obs["image"].shape[1:3], obs["state"].shape[-1])
         self.action_space = make_action_space()
 
     def _obs(self, raw: dict[str, Any]) -> dict[str, Any]:
         obs = convert_obs(raw)
-        return {"image": obs["image"][0], "state": obs["state"][0], "instruction": self.instruction}
+        text = self.fixed_instruction or self._env.unwrapped.instruction[0]
+        return {"image": obs["image"][0], "state": obs["state"][0], "instruction": text}
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
-        raw, _ = self._env.reset(seed=self.state_id_from(seed, options))
+        raw, _ = self._env.reset(**reset_kwargs(self._env.unwrapped, [self.state_id_from(seed, options)]))
         return self._obs(raw), {}
 
     def step(self, action: np.ndarray):

@@ -1,0 +1,236 @@
+"""Save -> load -> identical outputs for base, LoRA and merged checkpoints; official-format
+weights; config and adapter mismatches. Everything runs offline on checkpoints made here."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import torch
+from safetensors.torch import save_file
+from tiny_vla import make_obs, policy_for, raw_outputs, tiny
+
+from vla_trainer.models import (
+    AdapterMismatchError,
+    ConfigMismatchError,
+    OpenVLAForActionPrediction,
+    OpenVLAOFTForActionPrediction,
+    apply_lora,
+    config_from_official,
+    export_merged,
+    load_lora,
+    load_official_openvla,
+    load_pretrained,
+    lora_target_modules,
+    official_state_dict,
+    save_lora,
+)
+
+# peft calls a transformers property that transformers deprecates; not ours to fix
+pytestmark = pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning")
+
+CLASSES = {"tiny-openvla": OpenVLAForActionPrediction, "tiny-openvla-oft": OpenVLAOFTForActionPrediction}
+
+
+def assert_same(a, b, atol=0.0):
+    torch.testing.assert_close(a[0], b[0], atol=atol, rtol=0 if atol == 0 else 1e-5)
+    torch.testing.assert_close(a[1], b[1], atol=max(atol, 1e-7), rtol=1e-5)
+
+
+@pytest.fixture(scope="module", params=list(CLASSES))
+def saved(request, tmp_path_factory):
+    """A tiny model with a value head, saved with its tokenizer."""
+    model, tok = tiny(request.param, value_type="chunk_level")
+    directory = tmp_path_factory.mktemp(request.param)
+    model.save_pretrained(directory)
+    tok.save_pretrained(directory)
+    inputs = policy_for(model, tok).prepare(make_obs(3))
+    return request.param, model, tok, directory, inputs
+
+
+def _perturbed_lora(model):
+    peft_model = apply_lora(model, rank=4)
+    with torch.no_grad():  # fresh LoRA is a no-op (B = 0); make it matter
+        for name, p in peft_model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.05)
+            if "modules_to_save" in name:
+                p.add_(0.01)
+    return peft_model
+
+
+def test_base_save_load_identical(saved):
+    preset, model, _, directory, inputs = saved
+    loaded, tokenizer = load_pretrained(directory)
+    assert type(loaded) is CLASSES[preset]
+    assert_same(raw_outputs(loaded, inputs), raw_outputs(model, inputs))
+    assert policy_for(loaded, tokenizer).prepare(make_obs(3)).input_ids.equal(inputs.input_ids)
+
+
+def test_loading_with_the_other_class_names_model_type(saved):
+    preset, _, _, directory, _ = saved
+    other = OpenVLAForActionPrediction if preset.endswith("oft") else OpenVLAOFTForActionPrediction
+    with pytest.raises(ConfigMismatchError, match="'model_type'"):
+        other.from_pretrained(directory)
+
+
+def test_checkpoint_config_that_does_not_fit_names_the_field(saved, tmp_path):
+    preset, model, tok, _, _ = saved
+    model.save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    if preset == "tiny-openvla":
+        config["chunk_size"] = 4  # OpenVLA decodes one action per step
+        field = "chunk_size"
+    else:
+        config["vision_config"]["image_size"] = 96  # disagrees with image_size=64
+        field = "vision_config.image_size"
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ConfigMismatchError, match=field.replace(".", r"\.")):
+        CLASSES[preset].from_pretrained(tmp_path)
+
+
+def test_lora_targets_and_trainable_parameters(saved):
+    preset, model, _, _, _ = saved
+    targets = lora_target_modules(model)
+    assert "language_model.model.layers.0.self_attn.q_proj" in targets
+    assert "projector.fc1" in targets
+    assert "vision_backbone.featurizer.encoder.layer.0.attention.q_proj" in targets
+    assert not [t for t in targets if t.startswith("value_head") or t.endswith("lm_head")]
+    # the last vision blocks and SigLIP's pooling head never run: not adapted
+    last = model.config.vision_config.num_hidden_layers - 1
+    assert f"vision_backbone.featurizer.encoder.layer.{last}.mlp.fc1" not in targets
+    assert not [t for t in targets if ".head." in t]
+    peft_model = apply_lora(tiny(preset, value_type="chunk_level")[0], rank=4)
+    trainable = [n for n, p in peft_model.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n or "value_head.modules_to_save" in n for n in trainable)
+    assert any("value_head" in n for n in trainable)
+
+
+def test_lora_save_load_identical(saved, tmp_path):
+    preset, _, _, directory, inputs = saved
+    base, _ = load_pretrained(directory)
+    base_out = raw_outputs(base, inputs)
+    peft_model = _perturbed_lora(base)
+    expected = raw_outputs(peft_model, inputs)
+    assert (expected[0] - base_out[0]).abs().max() > 1e-3  # the adapters change the policy
+    save_lora(peft_model, tmp_path / "adapter")
+    fresh, _ = load_pretrained(directory)
+    reloaded = load_lora(fresh, tmp_path / "adapter")
+    assert_same(raw_outputs(reloaded, inputs), expected)
+
+
+def test_merged_export_loads_offline_as_plain_hf_checkpoint(saved, tmp_path):
+    from transformers import AutoModelForImageTextToText
+
+    preset, _, tok, directory, inputs = saved
+    peft_model = _perturbed_lora(load_pretrained(directory)[0])
+    expected = raw_outputs(peft_model, inputs)
+    out_dir = export_merged(peft_model, tok, tmp_path / "merged")
+    assert raw_outputs(peft_model, inputs)[0].equal(expected[0])  # the wrapper is untouched (copy merged)
+    merged = AutoModelForImageTextToText.from_pretrained(out_dir, trust_remote_code=True)
+    assert type(merged).__name__ == CLASSES[preset].__name__ and type(merged) is not CLASSES[preset]
+    assert_same(raw_outputs(merged, inputs), expected, atol=1e-5)
+    config = json.loads((out_dir / "config.json").read_text())
+    assert config["norm_stats"]["identity"]["action"]["q99"] == [1.0] * 7
+    assert (config["tokenizer_vocab_size"], config["n_action_bins"]) == (515, 256)
+    assert "AutoModelForImageTextToText" in config["auto_map"]
+    assert not [k for k in merged.state_dict() if "lora" in k or "modules_to_save" in k]
+    # the remote-code class works behind the policy interface, with the exported tokenizer
+    _, tokenizer = load_pretrained(out_dir)
+    sample = policy_for(merged, tokenizer).act(make_obs(2), greedy=True)
+    assert sample.actions.shape == (2, merged.config.chunk_size, 7)
+
+
+def test_adapter_for_another_base_model_is_rejected(saved, tmp_path):
+    preset, _, _, directory, _ = saved
+    save_lora(_perturbed_lora(load_pretrained(directory)[0]), tmp_path / "adapter")
+    other_weights, _ = tiny(preset, seed=1, value_type="chunk_level")
+    with pytest.raises(AdapterMismatchError, match="another base model"):
+        load_lora(other_weights, tmp_path / "adapter")
+    other_arch, _ = tiny(
+        "tiny-openvla" if preset.endswith("oft") else "tiny-openvla-oft", value_type="chunk_level"
+    )
+    with pytest.raises(AdapterMismatchError, match="model_type="):
+        load_lora(other_arch, tmp_path / "adapter")
+
+
+def test_official_format_weights_load_into_our_classes(saved, tmp_path):
+    preset, model, _, _, inputs = saved
+    official = official_state_dict(model)
+    # timm's fused qkv is [q; k; v]; SigLIP's pooling head keeps q and kv apart
+    q = model.vision_backbone.featurizer.encoder.layer[0].attention.q_proj.weight
+    assert official["vision_backbone.featurizer.blocks.0.attn.qkv.weight"][: q.shape[0]].equal(q)
+    assert official["vision_backbone.featurizer.pos_embed"].shape[1] == 64  # patches only
+    assert "vision_backbone.fused_featurizer.attn_pool.kv.weight" in official
+    assert not [k for k in official if k.startswith("value_head")]
+    names = sorted(official)  # two shards, like the 3-shard official checkpoint
+    for i, part in enumerate((names[: len(names) // 2], names[len(names) // 2 :])):
+        save_file(
+            {k: official[k].contiguous() for k in part},
+            str(tmp_path / f"model-0000{i + 1}-of-00002.safetensors"),
+        )
+    loaded = load_official_openvla(tmp_path, config=model.config, dtype=torch.float32)
+    assert type(loaded) is CLASSES[preset]
+    # the value head is new (not in official checkpoints); everything else is identical
+    with torch.no_grad():
+        loaded.value_head.load_state_dict(model.value_head.state_dict())
+    assert_same(raw_outputs(loaded, inputs), raw_outputs(model, inputs))
+    del official[names[0]]
+    save_file(
+        {k: official[k].contiguous() for k in official}, str(tmp_path / "model-00001-of-00002.safetensors")
+    )
+    (tmp_path / "model-00002-of-00002.safetensors").unlink()
+    with pytest.raises(ConfigMismatchError, match="missing"):
+        load_official_openvla(tmp_path, config=model.config)
+
+
+OFFICIAL_7B_CONFIG = {
+    "model_type": "openvla",
+    "vision_backbone_id": "dinosiglip-vit-so-224px",
+    "llm_backbone_id": "llama2-7b-pure",
+    "arch_specifier": "no-align+fused-gelu-mlp",
+    "use_fused_vision_backbone": True,
+    "image_sizes": [224, 224],
+    "timm_model_ids": ["vit_large_patch14_reg4_dinov2.lvd142m", "vit_so400m_patch14_siglip_224"],
+    "n_action_bins": 256,
+    "pad_token_id": 32000,
+    "pad_to_multiple_of": 64,
+    "text_config": {
+        "model_type": "llama",
+        "pad_token_id": 32000,
+        "vocab_size": 32064,
+        "torch_dtype": "bfloat16",
+    },
+    "norm_stats": {
+        "bridge_orig": {
+            "action": {"q01": [-0.03] * 6 + [0.0], "q99": [0.03] * 6 + [1.0], "mask": [True] * 6 + [False]}
+        }
+    },
+}
+
+
+def test_config_from_official_7b():
+    config = config_from_official(OFFICIAL_7B_CONFIG, oft=True, value_type="chunk_level")
+    assert type(config).__name__ == "OpenVLAOFTConfig" and config.chunk_size == 8
+    assert config.tokenizer_vocab_size == 32000 and config.text_config.vocab_size == 32064
+    assert config.text_config.hidden_size == 4096 and config.fused_vision_config.hidden_size == 1152
+    assert config.fused_vision_config.hidden_act == "gelu" and config.vision_config.num_register_tokens == 4
+    assert config.norm_stats["bridge_orig"]["action"]["mask"][-1] is False
+    assert config.prompt_end_token_id == 29871
+    with pytest.raises(ConfigMismatchError, match="'vision_backbone_id'"):
+        config_from_official({**OFFICIAL_7B_CONFIG, "vision_backbone_id": "siglip-vit-so400m"})
+
+
+def test_hub_ids_fail_fast_offline(monkeypatch):
+    import huggingface_hub
+
+    # another test module may have imported huggingface_hub before HF_HUB_OFFLINE was set
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    start = time.monotonic()
+    with pytest.raises(Exception) as info:
+        load_official_openvla("openvla/openvla-7b")
+    assert time.monotonic() - start < 10
+    assert not isinstance(info.value, (ConfigMismatchError, AttributeError, TypeError))
+    with pytest.raises(FileNotFoundError, match="neither a checkpoint directory"):
+        load_official_openvla("/nonexistent/dir/x")
