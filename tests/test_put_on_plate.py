@@ -1,0 +1,235 @@
+"""PutOnPlateInScene25: task data, success/reward functions, asset packs, and the real
+ManiSkill scene on the CPU backend with the procedural pack."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from vla_envs.errors import AssetsMissingError
+from vla_envs.tasks.put_on_plate import episodes, rewards
+from vla_envs.tasks.put_on_plate.assets import load_pack, resolve_pack
+from vla_envs.tasks.put_on_plate.camera import DEFAULT_CAMERA_FILE, load_camera_file
+
+
+@pytest.fixture(scope="session")
+def asset_root(tmp_path_factory):
+    root = tmp_path_factory.mktemp("assets")
+    with pytest.warns(UserWarning, match="procedural pack"):
+        resolve_pack("auto", root)  # generates the procedural pack once for the session
+    return root
+
+
+# ------------------------------------------------------------------ episodes
+def test_splits_have_the_stated_sizes():
+    pairs = episodes.position_pairs()
+    assert pairs.shape == (784, 2, 2)
+    assert (np.linalg.norm(pairs[:, 0] - pairs[:, 1], axis=1) > 0.07).all()
+    assert episodes.get_split("train").num_episodes == 16 * 1 * 16 * 784 * 4 == 802_816
+    assert episodes.get_split("test").num_episodes == 9 * 1 * 5 * 784 * 4
+    with pytest.raises(ValueError, match=r"valid splits: \['all', 'test', 'train'\]"):
+        episodes.get_split("validation")
+
+
+@settings(max_examples=200, deadline=None)
+@given(split=st.sampled_from(["train", "test", "all"]), data=st.data())
+def test_episode_id_decoding_round_trips(split, data):
+    s = episodes.get_split(split)
+    eid = data.draw(st.integers(0, s.num_episodes - 1))
+    d = {k: int(v[0]) for k, v in episodes.decode(np.array([eid]), s).items()}
+    assert d["object"] in s.objects and d["overlay"] in s.overlays and d["plate"] in s.plates
+    assert 0 <= d["position_pair"] < 784 and 0 <= d["yaw"] < 4
+    assert episodes.encode(episodes.Episode(**d), s) == eid
+
+
+def test_mixed_radix_order_is_object_plate_overlay_pair_yaw():
+    s = episodes.get_split("test")
+    d = episodes.decode(np.array([0, 1, 4, 4 * 784, 4 * 784 * 5]), s)
+    assert d["yaw"].tolist() == [0, 1, 0, 0, 0]
+    assert d["position_pair"].tolist() == [0, 0, 1, 0, 0]
+    assert d["overlay"].tolist() == [16, 16, 16, 17, 16]
+    assert d["object"].tolist() == [16, 16, 16, 16, 17]
+    with pytest.raises(ValueError, match="out of range"):
+        episodes.decode(np.array([s.num_episodes]), s)
+
+
+# ------------------------------------------------------------------ success and reward
+def _state(obj_xyz, force=1.0):
+    plate_bbox = torch.tensor([[0.17, 0.17, 0.022]])
+    obj_bbox = torch.tensor([[0.09, 0.026, 0.026]])
+    return (torch.tensor([obj_xyz]), torch.tensor([[0.0, 0.0, 0.881]]), obj_bbox, plate_bbox,
+            torch.tensor([force]))
+
+
+@pytest.mark.parametrize("obj_xyz, force, expected", [
+    ((0.02, 0.01, 0.905), 0.5, True),     # resting on the plate
+    ((0.02, 0.01, 0.905), 0.0, False),    # same place, no contact: held just above it
+    ((0.02, 0.01, 0.990), 0.5, False),    # hovering 8 cm above
+    ((0.12, 0.00, 0.882), 0.5, False),    # dropped beside the plate (xy beyond 8.5 + 1 cm)
+    ((0.09, 0.00, 0.905), 0.5, True),     # on the rim: within half-extent + 1 cm
+    ((0.00, 0.00, 0.860), 0.5, False),    # below the plate
+])
+def test_success_on_constructed_states(obj_xyz, force, expected):
+    assert rewards.object_on_plate(*_state(obj_xyz, force)).item() is expected
+
+
+def test_dense_reward_telescopes_and_needs_a_grasp():
+    grasped = torch.tensor([False, True, True, True, True, True, True, False, False])
+    success = torch.tensor([False, False, False, False, False, False, False, True, True])
+    streak, ever_g, ever_c, prev, total = torch.zeros(1, dtype=torch.int32), torch.zeros(1, dtype=torch.bool), torch.zeros(1, dtype=torch.bool), torch.zeros(1), 0.0
+    per_step = []
+    for g, s in zip(grasped, success):
+        streak = rewards.update_grasp_streak(streak, g.reshape(1))
+        ever_g |= g
+        ever_c |= streak >= 5
+        score = rewards.staged_score(ever_g, ever_c, s.reshape(1))
+        r = rewards.dense_reward(score, prev)
+        prev = score
+        per_step.append(round(r.item(), 6))
+        total += r.item()
+    assert per_step == [0.0, 0.1, 0.0, 0.0, 0.0, 0.1, 0.0, 1.0, 0.0]
+    assert total == pytest.approx(1.2)
+    # pushed onto the plate without ever grasping: no success reward
+    pushed = rewards.staged_score(torch.tensor([False]), torch.tensor([False]), torch.tensor([True]))
+    assert pushed.item() == 0.0
+
+
+def test_green_screen_keeps_foreground_and_replaces_the_rest():
+    pytest.importorskip("mani_skill")
+    from vla_envs.tasks.put_on_plate.env import composite
+
+    rgb = torch.full((1, 2, 2, 3), 200, dtype=torch.uint8)
+    seg = torch.tensor([[[[5], [7]], [[0], [9]]]], dtype=torch.int16)
+    overlay = torch.full((1, 2, 2, 3), 10, dtype=torch.uint8)
+    out = composite(rgb, seg, overlay, torch.tensor([5, 9]))
+    assert out[0, :, :, 0].tolist() == [[200, 10], [10, 200]]
+
+
+# ------------------------------------------------------------------ asset packs
+def test_procedural_pack_has_the_official_shape(asset_root):
+    pack = resolve_pack("procedural", asset_root)
+    assert pack.kind == "procedural"
+    assert len(pack.objects) == 25 and len({m.name for m in pack.objects}) == 25
+    assert len(pack.overlays) == 21 and len(pack.plates) >= 1
+    assert all((m.bbox_size > 0).all() for m in pack.objects + pack.plates)
+    # Main-v3's plate is the first one; object names make the instruction
+    assert pack.plates[0].name == "plate" and pack.objects[0].name == "carrot"
+
+
+def _lay_out_official(root: Path, procedural: Path) -> None:
+    """A tiny pack in the official layout: other ids, .glb-less folders, bare model_db fields."""
+    src, dst = procedural / "carrot", root / "official" / "carrot"
+    for folder in ("more_carrot", "more_plate"):
+        db = json.loads((src / folder / "model_db.json").read_text())
+        out = {}
+        for i, (model_id, entry) in enumerate(db.items()):
+            new_id = f"bridge_{folder}_{i}"
+            shutil.copytree(src / folder / model_id, dst / folder / new_id)
+            out[new_id] = {"name": entry["name"], "bbox": entry["bbox"]}  # no scale, no density
+        (dst / folder / "model_db.json").write_text(json.dumps(out))
+    shutil.copytree(src / "more_table", dst / "more_table")
+
+
+def test_same_loader_reads_an_official_layout_pack(asset_root, tmp_path):
+    _lay_out_official(tmp_path, asset_root / "procedural")
+    pack = resolve_pack("auto", tmp_path)  # official present: no warning, official wins
+    assert pack.kind == "official" and len(pack.objects) == 25
+    assert pack.objects[0].model_id == "bridge_more_carrot_0" and pack.objects[0].density == 1000.0
+
+
+def test_bad_packs_name_the_file_and_field(asset_root, tmp_path):
+    _lay_out_official(tmp_path, asset_root / "procedural")
+    db = tmp_path / "official" / "carrot" / "more_carrot" / "model_db.json"
+    entries = json.loads(db.read_text())
+    first = next(iter(entries))
+    del entries[first]["bbox"]
+    db.write_text(json.dumps(entries))
+    with pytest.raises(ValueError, match=f"{db}.*lacks the field 'bbox'"):
+        load_pack(tmp_path / "official", "official")
+    db.write_text("{not json")
+    with pytest.raises(ValueError, match=f"{db} is not valid JSON"):
+        load_pack(tmp_path / "official", "official")
+    with pytest.raises(AssetsMissingError, match="fetch-assets"):
+        resolve_pack("official", tmp_path / "empty")
+    with pytest.raises(ValueError, match="allowed"):
+        resolve_pack("bridge", tmp_path)
+
+
+def test_camera_file_errors_name_the_field(tmp_path):
+    cam = load_camera_file()
+    assert cam.intrinsic_for(240, 320)[0, 0] == pytest.approx(cam.intrinsic[0, 0] / 2)
+    data = json.loads(DEFAULT_CAMERA_FILE.read_text())
+    for field, value, text in [("width", -3, "'width'"), ("intrinsic", [[1, 0], [0, 1]], "'intrinsic'"),
+                               ("T_base_from_cam", [[2, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]],
+                                "'T_base_from_cam' is not a rigid")]:
+        bad = dict(data, **{field: value})
+        path = tmp_path / f"{field}.json"
+        path.write_text(json.dumps(bad))
+        with pytest.raises(ValueError, match=text):
+            load_camera_file(path)
+
+
+# ------------------------------------------------------------------ the simulated task
+@pytest.fixture(scope="module")
+def sim_env(asset_root, monkeypatch_module):
+    pytest.importorskip("mani_skill")
+    import gymnasium as gym
+
+    import vla_envs  # noqa: F401
+
+    monkeypatch_module.setenv("VLA_ENVS_ASSET_DIR", str(asset_root))
+    env = gym.make("PutOnPlateInScene25Main-v3", num_envs=1, image_size=64, low_poly=True,
+                   vectorization="serial", time_limit=20)
+    yield env
+    env.close()
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    mp = pytest.MonkeyPatch()
+    yield mp
+    mp.undo()
+
+
+@pytest.mark.slow
+@pytest.mark.maniskill
+def test_reset_matches_the_episode_id(sim_env):
+    split = episodes.get_split("train")
+    pairs = episodes.position_pairs()
+    far = int(np.argmax(np.linalg.norm(pairs[:, 0] - pairs[:, 1], axis=1)))  # object well off the plate
+    eid = episodes.encode(episodes.Episode(object=3, plate=0, overlay=5, position_pair=far, yaw=2), split)
+    obs, info = sim_env.reset(seed=0, options={"state_ids": np.array([eid])})
+    assert info["state_id"][0] == eid
+    assert obs["instruction"] == ("put yellow carrot on plate",)
+    assert obs["image"].shape == (1, 64, 64, 3) and obs["image"].std() > 5
+    again, _ = sim_env.reset(options={"state_ids": np.array([eid])})
+    np.testing.assert_array_equal(obs["image"], again["image"])
+    assert sim_env.asset_pack == "procedural"
+    out = sim_env.chunk_step(np.zeros((1, 4, 7), np.float32))
+    assert out.valid.all() and np.isfinite(out.rewards).all()
+
+
+@pytest.mark.slow
+@pytest.mark.maniskill
+def test_object_set_on_the_plate_in_the_simulator_succeeds(sim_env):
+    import sapien
+
+    sim_env.reset(seed=1)
+    task = sim_env.backend.envs[0]._env.unwrapped
+    obj = task.objects[int(task.sel["object"][0])]
+    plate = task.plates[int(task.sel["plate"][0])]
+    p = plate.pose.p[0].numpy()
+    obj.set_pose(sapien.Pose(p=[p[0], p[1], p[2] + 0.03]))
+    _, reward, _, _, info = sim_env.step(np.zeros((1, 7), np.float32))
+    assert info["success"][0]
+    assert reward[0] == 0.0  # never grasped: no success reward
+    obj.set_pose(sapien.Pose(p=[p[0] + 0.2, p[1], p[2] + 0.03]))  # dropped beside the plate
+    _, _, _, _, info = sim_env.step(np.zeros((1, 7), np.float32))
+    assert not info["success"][0]

@@ -1,0 +1,275 @@
+"""PutOnPlateInScene25 as a ManiSkill task (CPU or GPU PhysX), with a Panda digital twin.
+
+**Task Description**: put the named object on the plate. Instruction
+``"put {object} on {plate}"``. 80 steps at 5 Hz control (500 Hz simulation).
+
+**Randomizations** (all indexed by the episode id, see ``episodes.py``): the object (one of
+the split's objects), the plate, the table-photo overlay composited behind robot and objects,
+the (object, plate) pair of grid positions (784), the object's yaw (4).
+
+**Success Conditions**: see ``rewards.object_on_plate``. Dense reward: ``rewards.dense_reward``.
+
+The scene is a table whose top is at z = 0.87 m (the Bridge stage's height); every object and
+plate of the pack is built once and parked off-table, and each episode moves the selected
+two onto it. Every pixel of the main camera that is not the robot, an object or a plate is
+replaced by the episode's table photo (segmentation-based green screen).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import sapien
+import torch
+from mani_skill.envs.sapien_env import BaseEnv
+from mani_skill.sensors.camera import CameraConfig
+from mani_skill.utils.registration import register_env
+from mani_skill.utils.structs.pose import Pose
+from mani_skill.utils.structs.types import SimConfig
+from PIL import Image
+
+from vla_envs.tasks.put_on_plate import episodes, rewards
+from vla_envs.tasks.put_on_plate.assets import AssetPack
+from vla_envs.tasks.put_on_plate.camera import CameraFile, load_camera_file
+from vla_envs.tasks.put_on_plate.robots import ensure_lowpoly_panda  # noqa: F401 (registers it)
+
+TABLE_TOP_Z = 0.87
+PANDA_BASE = sapien.Pose(p=[0.30, 0.0, TABLE_TOP_Z], q=[0.0, 0.0, 0.0, 1.0])  # faces -x
+CAMERA_UID = "3rd_view_camera"
+PARK_X = 3.0  # parked models rest on a shelf far outside the camera's view
+PARK_Z = 1.05  # just above the shelf's top, so they settle and sleep (no physics cost)
+
+
+@register_env("VLA-PutOnPlateInScene25-v1", max_episode_steps=80)
+class PutOnPlateInScene25Env(BaseEnv):
+    """See the module docstring. Built by ``vla_envs.tasks.put_on_plate.task_env``."""
+
+    SUPPORTED_ROBOTS = ["panda", "panda_lowpoly"]
+    SUPPORTED_OBS_MODES = ["rgb+segmentation"]
+    SUPPORTED_REWARD_MODES = ["dense", "none"]
+
+    def __init__(self, *args: Any, pack: AssetPack, split: str = "train", n_plates: int = 1,
+                 camera_file: str | Path | None = None, camera_hw: tuple[int, int] = (480, 640),
+                 robot_uids: str = "panda", **kwargs: Any):
+        self.pack = pack
+        self.split = episodes.get_split(split, n_plates)
+        self.camera: CameraFile = load_camera_file(camera_file)
+        self.image_hw = tuple(camera_hw)
+        self.num_episodes = self.split.num_episodes
+        self._pairs = torch.as_tensor(episodes.position_pairs(), dtype=torch.float32)
+        yaws = torch.as_tensor(episodes.YAWS_RAD, dtype=torch.float32)
+        self._yaw_quats = torch.stack([torch.cos(yaws / 2), 0 * yaws, 0 * yaws, torch.sin(yaws / 2)], 1)
+        h, w = self.image_hw
+        self._overlays = torch.stack([
+            torch.as_tensor(np.array(Image.open(o.image_file).convert("RGB").resize((w, h), Image.BILINEAR)))
+            for o in pack.overlays])  # uint8 [n_overlays, H, W, 3]
+        super().__init__(*args, robot_uids=robot_uids, **kwargs)
+
+    # ------------------------------------------------------------------ config
+    @property
+    def _default_sim_config(self) -> SimConfig:
+        return SimConfig(sim_freq=500, control_freq=5, spacing=20)
+
+    @property
+    def _default_sensor_configs(self) -> list[CameraConfig]:
+        h, w = self.image_hw
+        pose = PANDA_BASE * self.camera.sapien_pose_in_base()
+        return [CameraConfig(CAMERA_UID, pose, w, h, intrinsic=self.camera.intrinsic_for(h, w),
+                             near=0.01, far=10.0)]
+
+    @property
+    def _default_human_render_camera_configs(self) -> CameraConfig:
+        h, w = self.image_hw
+        return CameraConfig("render_camera", PANDA_BASE * self.camera.sapien_pose_in_base(), w, h,
+                            intrinsic=self.camera.intrinsic_for(h, w), near=0.01, far=10.0)
+
+    # ------------------------------------------------------------------ scene
+    def _load_agent(self, options: dict) -> None:
+        super()._load_agent(options, PANDA_BASE)
+
+    def _load_lighting(self, options: dict) -> None:
+        self.scene.set_ambient_light([0.3, 0.3, 0.3])
+        self.scene.add_directional_light([0, 0, -1], [2.2, 2.2, 2.2], shadow=False)
+        self.scene.add_directional_light([-1, -0.5, -1], [0.7, 0.7, 0.7])
+        self.scene.add_directional_light([1, 1, -1], [0.7, 0.7, 0.7])
+
+    def _build_model(self, info, name: str, index: int, row: float):
+        builder = self.scene.create_actor_builder()
+        material = sapien.physx.PhysxMaterial(static_friction=1.0, dynamic_friction=1.0, restitution=0.0)
+        scale = [info.scales[0]] * 3
+        builder.add_multiple_convex_collisions_from_file(
+            str(info.collision_file), scale=scale, material=material, density=info.density)
+        builder.add_visual_from_file(str(info.visual_file), scale=scale)
+        builder.initial_pose = sapien.Pose(p=[PARK_X + row, 0.3 * index, PARK_Z])
+        return builder.build(name=name)
+
+    def _load_scene(self, options: dict) -> None:
+        table = self.scene.create_actor_builder()
+        half = [0.45, 0.55, TABLE_TOP_Z / 2]
+        table.add_box_collision(half_size=half)
+        table.add_box_visual(half_size=half, material=sapien.render.RenderMaterial(base_color=[0.55, 0.45, 0.35, 1]))
+        table.initial_pose = sapien.Pose(p=[-0.16, 0.0, TABLE_TOP_Z / 2])
+        self.table = table.build_static(name="table")
+        shelf = self.scene.create_actor_builder()
+        shelf.add_box_collision(half_size=[1.0, 4.5, 0.05])
+        shelf.initial_pose = sapien.Pose(p=[PARK_X + 0.5, 3.6, PARK_Z - 0.1])
+        shelf.build_static(name="parking_shelf")
+        self.objects = [self._build_model(m, f"obj_{m.model_id}", i, 0.0) for i, m in enumerate(self.pack.objects)]
+        self.plates = [self._build_model(m, f"plate_{m.model_id}", i, 1.0) for i, m in enumerate(self.pack.plates)]
+        self._obj_bbox = torch.as_tensor(np.stack([m.bbox_size * m.scales[0] for m in self.pack.objects]), dtype=torch.float32)
+        self._plate_bbox = torch.as_tensor(np.stack([m.bbox_size * m.scales[0] for m in self.pack.plates]), dtype=torch.float32)
+        n = self.num_envs
+        self.episode_id = torch.zeros(n, dtype=torch.int64)
+        self.sel = {k: torch.zeros(n, dtype=torch.int64) for k in ("object", "plate", "overlay", "position_pair", "yaw")}
+        self.grasp_streak = torch.zeros(n, dtype=torch.int32)
+        self.ever_grasped = torch.zeros(n, dtype=torch.bool)
+        self.ever_consecutive = torch.zeros(n, dtype=torch.bool)
+        self.prev_score = torch.zeros(n)
+        self.obj_bbox_world = torch.zeros(n, 3)
+        self.plate_bbox_world = torch.zeros(n, 3)
+
+    def _after_reconfigure(self, options: dict) -> None:
+        ids = [a._objs[0].per_scene_id for a in self.objects + self.plates]
+        ids += [link._objs[0].entity.per_scene_id for link in self.agent.robot.get_links()]
+        self._foreground_ids = torch.tensor(ids, dtype=torch.int32)
+
+    # ------------------------------------------------------------------ episodes
+    @property
+    def instruction(self) -> list[str]:
+        """The instruction of each env's episode."""
+        return [f"put {self.pack.objects[o].name} on {self.pack.plates[p].name}"
+                for o, p in zip(self.sel["object"].tolist(), self.sel["plate"].tolist())]
+
+    def _initialize_episode(self, env_idx: torch.Tensor, options: dict) -> None:
+        b = len(env_idx)
+        if "episode_id" in options:
+            ids = torch.as_tensor(options["episode_id"], dtype=torch.int64).reshape(-1).cpu()
+            if ids.numel() != b:
+                raise ValueError(f"options['episode_id'] has {ids.numel()} ids for {b} envs being reset")
+        else:
+            ids = torch.as_tensor(self._episode_rng.randint(0, self.num_episodes, size=b), dtype=torch.int64)
+        decoded = episodes.decode(ids.numpy(), self.split)
+        idx = env_idx.cpu()
+        self.episode_id[idx] = ids
+        for k, v in decoded.items():
+            self.sel[k][idx] = torch.as_tensor(v)
+        with torch.device(self.device):
+            pair = self._pairs[self.sel["position_pair"][idx]]  # [b, 2, 2]
+            quat = self._yaw_quats[self.sel["yaw"][idx]]  # [b, 4]
+            ident = torch.tensor([1.0, 0, 0, 0]).repeat(b, 1)
+            for group, chosen, row, xy_col, z, q in (
+                (self.objects, self.sel["object"][idx], 0.0, 0, episodes.OBJECT_SPAWN_Z, quat),
+                (self.plates, self.sel["plate"][idx], 1.0, 1, episodes.PLATE_SPAWN_Z, ident),
+            ):
+                for i, actor in enumerate(group):
+                    here = (chosen == i).to(self.device)[:, None]
+                    park = torch.tensor([PARK_X + row, 0.3 * i, PARK_Z]).repeat(b, 1)
+                    spawn = torch.cat([pair[:, xy_col].to(self.device), torch.full((b, 1), z)], 1)
+                    actor.set_pose(Pose.create_from_pq(p=torch.where(here, spawn, park),
+                                                       q=torch.where(here, q.to(self.device), ident)))
+            qpos = torch.as_tensor(self.agent.keyframes["rest"].qpos, dtype=torch.float32).repeat(b, 1)
+            self.agent.reset(qpos)
+            self.agent.robot.set_pose(PANDA_BASE)
+        self._settle(0.5)
+        self._record_bboxes(idx)
+        self.grasp_streak[idx] = 0
+        self.ever_grasped[idx] = False
+        self.ever_consecutive[idx] = False
+        self.prev_score[idx] = 0.0
+
+    def _settle(self, seconds: float) -> None:
+        if self.gpu_sim_enabled:
+            self.scene._gpu_apply_all()
+        for _ in range(int(self.sim_freq * seconds / self.control_freq)):
+            self.scene.step()
+        if self.gpu_sim_enabled:
+            self.scene._gpu_fetch_all()
+
+    def _selected_poses(self) -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
+        """(p [N, 3], q [N, 4]) of each env's selected object and plate, gathered over the
+        models some env uses (one on the CPU backend), without a per-env loop."""
+        def gather(group, chosen):
+            used = chosen.unique()
+            p = torch.stack([group[u].pose.p for u in used.tolist()])  # [n_used, N, 3]
+            q = torch.stack([group[u].pose.q for u in used.tolist()])
+            row = torch.searchsorted(used, chosen).to(p.device)
+            ar = torch.arange(self.num_envs, device=p.device)
+            return p[row, ar], q[row, ar]
+        return gather(self.objects, self.sel["object"]), gather(self.plates, self.sel["plate"])
+
+    def _record_bboxes(self, idx: torch.Tensor) -> None:
+        """World-axis bounding-box sizes after settling (the yaw changes the object's)."""
+        (_, oq), (_, pq) = self._selected_poses()
+        for sizes, q, chosen, out in ((self._obj_bbox, oq, self.sel["object"], self.obj_bbox_world),
+                                      (self._plate_bbox, pq, self.sel["plate"], self.plate_bbox_world)):
+            half = sizes[chosen[idx]] / 2  # [b, 3]
+            rot = _quat_to_matrix(q[idx.to(q.device)].cpu().float())  # [b, 3, 3]
+            out[idx] = 2 * (rot.abs() @ half[:, :, None])[..., 0]
+
+    # ------------------------------------------------------------------ evaluation
+    def evaluate(self) -> dict[str, torch.Tensor]:
+        (op, _), (pp, _) = self._selected_poses()
+        n = self.num_envs
+        grasped = torch.zeros(n, dtype=torch.bool)
+        force = torch.zeros(n)
+        for i, obj in enumerate(self.objects):
+            here = (self.sel["object"] == i)
+            if here.any():
+                grasped |= here & self.agent.is_grasping(obj).cpu()
+                for j, plate in enumerate(self.plates):
+                    pair = here & (self.sel["plate"] == j)
+                    if pair.any():
+                        f = torch.linalg.norm(self.scene.get_pairwise_contact_forces(obj, plate), dim=-1).cpu()
+                        force = torch.where(pair, f, force)
+        self.grasp_streak = rewards.update_grasp_streak(self.grasp_streak, grasped)
+        self.ever_grasped |= grasped
+        self.ever_consecutive |= self.grasp_streak >= rewards.CONSECUTIVE_GRASP_STEPS
+        success = rewards.object_on_plate(op.cpu(), pp.cpu(), self.obj_bbox_world, self.plate_bbox_world, force)
+        return {"success": success.to(self.device), "is_grasped": grasped.to(self.device),
+                "consecutive_grasp": self.ever_consecutive.to(self.device),
+                "contact_force": force.to(self.device)}
+
+    def compute_dense_reward(self, obs: Any, action: torch.Tensor, info: dict) -> torch.Tensor:
+        score = rewards.staged_score(self.ever_grasped, self.ever_consecutive, info["success"].cpu())
+        reward = rewards.dense_reward(score, self.prev_score)
+        self.prev_score = score
+        return reward.to(self.device)
+
+    def compute_normalized_dense_reward(self, obs: Any, action: torch.Tensor, info: dict) -> torch.Tensor:
+        return self.compute_dense_reward(obs, action, info) / 1.2
+
+    def _get_obs_extra(self, info: dict) -> dict:
+        return {"tcp_pose": self.agent.tcp.pose.raw_pose}
+
+    # ------------------------------------------------------------------ green screen
+    def _get_obs_sensor_data(self, apply_texture_transforms: bool = True) -> dict:
+        data = super()._get_obs_sensor_data(apply_texture_transforms)
+        cam = data[CAMERA_UID]
+        if "segmentation" in cam:
+            cam["rgb"] = composite(cam["rgb"], cam["segmentation"], self._overlays[self.sel["overlay"]],
+                                   self._foreground_ids)
+        return data
+
+
+def composite(rgb: torch.Tensor, segmentation: torch.Tensor, overlay: torch.Tensor,
+              foreground_ids: torch.Tensor) -> torch.Tensor:
+    """Green screen: keep pixels whose actor id is in ``foreground_ids``, else the overlay.
+
+    Shapes: rgb uint8 ``[B, H, W, 3]``, segmentation ``[B, H, W, 1]``, overlay uint8
+    ``[B, H, W, 3]``, foreground_ids ``[K]`` -> uint8 ``[B, H, W, 3]``.
+    """
+    keep = torch.isin(segmentation[..., 0].to(torch.int32), foreground_ids.to(segmentation.device))
+    return torch.where(keep[..., None], rgb, overlay.to(rgb.device))
+
+
+def _quat_to_matrix(q: torch.Tensor) -> torch.Tensor:
+    """wxyz quaternions ``[B, 4]`` -> rotation matrices ``[B, 3, 3]``."""
+    w, x, y, z = q.unbind(-1)
+    return torch.stack([
+        1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w),
+        2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w),
+        2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y),
+    ], -1).reshape(-1, 3, 3)
+
