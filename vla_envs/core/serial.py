@@ -64,6 +64,10 @@ class SerialBackend(BatchedBackend):
             reward[i], terminated[i], success[i] = r, term, bool(info["success"])
         return StepResult(self._last, reward, terminated, success)
 
+    def call(self, env_index: int, method: str, *args, **kwargs):
+        """Call ``method`` on one ``TaskEnv`` (same as ``ProcessPoolBackend.call``)."""
+        return getattr(self.envs[env_index], method)(*args, **kwargs)
+
     def close(self) -> None:
         for env in self.envs:
             env.close()

@@ -68,5 +68,9 @@ class ManiSkillTaskEnv(TaskEnv):
         return (self._obs(raw), float(to_numpy(reward).reshape(-1)[0]),
                 bool(to_numpy(terminated).reshape(-1)[0]), False, {"success": success})
 
+    def expert_state(self) -> dict[str, np.ndarray]:
+        """The task's privileged state for scripted experts (row 0 of its batch of one)."""
+        return {k: v[0] for k, v in self._env.unwrapped.expert_state().items()}
+
     def close(self) -> None:
         self._env.close()

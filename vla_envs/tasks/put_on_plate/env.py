@@ -169,6 +169,9 @@ class PutOnPlateInScene25Env(BaseEnv):
                     spawn = torch.cat([pair[:, xy_col].to(self.device), torch.full((b, 1), z)], 1)
                     actor.set_pose(Pose.create_from_pq(p=torch.where(here, spawn, park),
                                                        q=torch.where(here, q.to(self.device), ident)))
+                    # a moved body keeps its velocity: zero it, or the previous episode leaks in
+                    actor.set_linear_velocity(torch.zeros(b, 3))
+                    actor.set_angular_velocity(torch.zeros(b, 3))
             qpos = torch.as_tensor(self.agent.keyframes["rest"].qpos, dtype=torch.float32).repeat(b, 1)
             self.agent.reset(qpos)
             self.agent.robot.set_pose(PANDA_BASE)
@@ -230,6 +233,16 @@ class PutOnPlateInScene25Env(BaseEnv):
         return {"success": success.to(self.device), "is_grasped": grasped.to(self.device),
                 "consecutive_grasp": self.ever_consecutive.to(self.device),
                 "contact_force": force.to(self.device)}
+
+    def expert_state(self) -> dict[str, np.ndarray]:
+        """Privileged state for the scripted expert (never an observation): world poses of
+        the TCP, the selected object and plate (xyz + wxyz), and the object's bbox size."""
+        (op, oq), (pp, pq) = self._selected_poses()
+        tcp = self.agent.tcp.pose.raw_pose
+        return {"tcp": tcp.cpu().numpy(), "object": torch.cat([op, oq], -1).cpu().numpy(),
+                "plate": torch.cat([pp, pq], -1).cpu().numpy(),
+                "object_size": self._obj_bbox[self.sel["object"]].numpy(),
+                "base_yaw": np.full(self.num_envs, np.pi)}
 
     def compute_dense_reward(self, obs: Any, action: torch.Tensor, info: dict) -> torch.Tensor:
         score = rewards.staged_score(self.ever_grasped, self.ever_consecutive, info["success"].cpu())

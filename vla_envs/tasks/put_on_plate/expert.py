@@ -1,0 +1,106 @@
+"""A scripted pick-and-place expert in the task's own action space (normalised delta EEF +
+gripper), driven by privileged state. No motion planner: straight-line moves in Cartesian
+space, phase by phase, which is what a 5 Hz delta-pose controller can follow.
+
+Phases: align the gripper across the object's long axis above it -> descend -> close ->
+lift -> carry above the plate -> lower -> open -> retreat.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+MAX_STEP_M, MAX_ROT_RAD = 0.1, 0.1  # what an action of 1.0 means for the Panda's controller
+HOVER_M, CARRY_M, RELEASE_M = 0.10, 0.12, 0.045
+OPEN, CLOSE = -1.0, 1.0
+FINGERTIP_CLEARANCE_M = 0.02
+PHASES = ("above", "descend", "close", "lift", "carry", "lower", "open", "retreat")
+
+
+def _yaw(q: np.ndarray) -> float:
+    w, x, y, z = q
+    return float(np.arctan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z)))
+
+
+def _gripper_axis_angle(q: np.ndarray) -> float:
+    """Angle in the xy plane of the TCP's y axis (the direction the fingers close along)."""
+    w, x, y, z = q
+    r01, r11 = 2 * (x * y - z * w), 1 - 2 * (x * x + z * z)
+    return float(np.arctan2(r11, r01))
+
+
+def _wrap_half_pi(a: float) -> float:
+    """Wrap to [-pi/2, pi/2): a parallel gripper is symmetric under a half turn."""
+    return (a + np.pi / 2) % np.pi - np.pi / 2
+
+
+class ScriptedExpert:
+    """Per-env phase machines. ``act(states)`` -> actions float32 ``[N, 7]``.
+
+    Args:
+        num_envs: batch size.
+        noise: std of Gaussian noise added to the translation actions (diverse demos).
+        seed: noise generator seed.
+    """
+
+    def __init__(self, num_envs: int, noise: float = 0.0, seed: int = 0):
+        self.phase = np.zeros(num_envs, np.int64)
+        self.timer = np.zeros(num_envs, np.int64)
+        self.noise = noise
+        self.rng = np.random.default_rng(seed)
+
+    def reset(self, env_ids: np.ndarray | None = None) -> None:
+        ids = slice(None) if env_ids is None else env_ids
+        self.phase[ids] = 0
+        self.timer[ids] = 0
+
+    def act(self, states: list[dict[str, np.ndarray]]) -> np.ndarray:
+        return np.stack([self._act_one(i, s) for i, s in enumerate(states)]).astype(np.float32)
+
+    def _act_one(self, i: int, s: dict[str, np.ndarray]) -> np.ndarray:
+        tcp, obj, plate = s["tcp"], s["object"], s["plate"]
+        phase = PHASES[self.phase[i]]
+        # the fingertips reach ~2 cm below the TCP: stop above the table (the plate rests on it)
+        grasp_z = max(obj[2], plate[2] + FINGERTIP_CLEARANCE_M)
+        target, grip, rot = tcp[:3].copy(), OPEN, 0.0
+        if phase in ("above", "descend"):
+            target = np.array([obj[0], obj[1], grasp_z + (HOVER_M if phase == "above" else 0.0)])
+            want = _yaw(obj[3:]) + np.pi / 2  # fingers close across the long axis
+            rot = _wrap_half_pi(want - _gripper_axis_angle(tcp[3:]))
+        elif phase in ("close", "lift"):
+            grip = CLOSE
+            if phase == "lift":
+                target = np.array([tcp[0], tcp[1], plate[2] + CARRY_M])
+        elif phase in ("carry", "lower"):
+            grip = CLOSE
+            z = plate[2] + (CARRY_M if phase == "carry" else RELEASE_M)
+            target = np.array([plate[0], plate[1], z])
+        elif phase == "open":
+            target = tcp[:3]
+        else:  # retreat
+            target = np.array([tcp[0], tcp[1], plate[2] + CARRY_M + 0.05])
+        delta = target - tcp[:3]
+        done = self._phase_done(phase, delta, rot, int(self.timer[i]))
+        self.timer[i] += 1
+        if done and self.phase[i] < len(PHASES) - 1:
+            self.phase[i] += 1
+            self.timer[i] = 0
+        # world -> robot base frame (the base is yawed by base_yaw about z)
+        c, sn = np.cos(-s["base_yaw"]), np.sin(-s["base_yaw"])
+        base_delta = np.array([c * delta[0] - sn * delta[1], sn * delta[0] + c * delta[1], delta[2]])
+        move = np.clip(base_delta / MAX_STEP_M, -1, 1)
+        if self.noise:
+            move = np.clip(move + self.rng.normal(0, self.noise, 3), -1, 1)
+        action = np.zeros(7)
+        action[:3] = move
+        action[5] = np.clip(rot / MAX_ROT_RAD, -1, 1)
+        action[6] = grip
+        return action
+
+    @staticmethod
+    def _phase_done(phase: str, delta: np.ndarray, rot: float, ticks: int) -> bool:
+        """A phase ends when its target is reached, or after a time-out (never stall)."""
+        if phase in ("close", "open"):
+            return ticks >= 2  # the fingers need two control steps (0.4 s)
+        tolerance = 0.012 if phase in ("descend", "lower") else 0.02
+        return bool(np.linalg.norm(delta) < tolerance and abs(rot) < 0.08) or ticks >= 12
