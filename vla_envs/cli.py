@@ -1,7 +1,8 @@
-"""``vla-envs``: list the registered envs, and roll one out to a video.
+"""``vla-envs``: list the registered envs, roll one out to a video, record expert demos.
 
     vla-envs list
-    vla-envs rollout vla/PickCube-v1 --num-envs 2 --steps 40 --video runs/demo/rollout.mp4
+    vla-envs rollout PutOnPlateInScene25Main-v3 --policy expert --video runs/demo/rollout.mp4
+    vla-envs collect-demos PutOnPlateInScene25Main-v3 --episodes 20 --out demos/put_on_plate
 """
 
 from __future__ import annotations
@@ -32,56 +33,100 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_rollout(args: argparse.Namespace) -> int:
+def run_episodes(args: argparse.Namespace, recorder_folder: Path | None = None) -> dict:
+    """Roll out ``args.policy`` for ``args.steps`` steps per env (or until ``args.episodes``
+    episodes ended), optionally recording video and demos. Returns a summary dict."""
+    import importlib
+
     import gymnasium as gym
     from tqdm import tqdm
 
+    from vla_envs.demos import EpisodeRecorder
     from vla_envs.registry import get_task
     from vla_envs.wrappers import RecordVideo
 
-    get_task(args.env_id)  # unknown id: error with close matches before anything starts
+    spec = get_task(args.env_id)  # unknown id: error with close matches before anything starts
     if args.steps < 1 or args.chunk < 1 or args.num_envs < 1:
         raise ValueError("--steps, --chunk and --num-envs must be >= 1")
+    if args.policy == "expert" and not spec.expert:
+        raise ValueError(f"{args.env_id} has no scripted expert; --policy must be 'random' or 'zero'")
     t0 = time.perf_counter()
-    env = gym.make(args.env_id, num_envs=args.num_envs, image_size=args.image_size)
+    kwargs = {"image_size": args.image_size, **json.loads(args.env_kwargs)}
+    env = gym.make(args.env_id, num_envs=args.num_envs, **kwargs)
+    base = env
     if args.video:
         env = RecordVideo(env, args.video, fps=args.fps)
     rng = np.random.default_rng(args.seed)
+    expert = None
+    if args.policy == "expert":
+        module, _, name = spec.expert.partition(":")
+        expert = getattr(importlib.import_module(module), name)(args.num_envs, seed=args.seed)
+    chunk = 1 if expert is not None else args.chunk  # a closed-loop expert re-plans every step
+    recorder = (EpisodeRecorder(recorder_folder, args.num_envs, args.env_id, getattr(base, "asset_pack", None),
+                                only_success=getattr(args, "only_success", True))
+                if recorder_folder is not None else None)
     episodes: list[dict[str, float]] = []
+    kept = 0
     try:
-        env.reset(seed=args.seed)
+        obs, info = env.reset(seed=args.seed)
+        state_ids = info["state_id"]
         make_s = time.perf_counter() - t0
-        n_chunks = -(-args.steps // args.chunk)
-        bar = tqdm(range(n_chunks), desc=f"rollout {args.env_id}", unit="chunk", file=sys.stderr)
-        t1 = time.perf_counter()
+        n_chunks = -(-args.steps // chunk)
+        bar = tqdm(range(n_chunks), desc=f"{args.policy} {args.env_id}", unit="chunk", file=sys.stderr)
+        t1, frames = time.perf_counter(), 0
         for _ in bar:
-            if args.policy == "random":
-                actions = rng.uniform(-1, 1, (args.num_envs, args.chunk, 7)).astype(np.float32)
+            if expert is not None:
+                states = [base.backend.call(i, "expert_state") for i in range(args.num_envs)]
+                actions = expert.act(states)[:, None, :]
+            elif args.policy == "random":
+                actions = rng.uniform(-1, 1, (args.num_envs, chunk, 7)).astype(np.float32)
             else:
-                actions = np.zeros((args.num_envs, args.chunk, 7), np.float32)
+                actions = np.zeros((args.num_envs, chunk, 7), np.float32)
+            instructions = obs["instruction"]
             out = env.chunk_step(actions)
+            frames += int(out.valid.sum())
+            if recorder is not None:
+                recorder.add(obs, actions[:, 0], out.rewards[:, 0], out.info["success"][:, 0])
+            obs = out.obs
             if "episode" in out.info:
                 ep, mask = out.info["episode"], out.info["_episode"]
                 for i in np.flatnonzero(mask):
                     episodes.append({k: float(ep[k][i]) for k in ep})
-            bar.set_postfix(reward=f"{out.rewards[out.valid].mean() if out.valid.any() else 0:.3f}",
-                            episodes=len(episodes),
+                    if recorder is not None:
+                        kept += recorder.finish(i, instructions[i], int(state_ids[i]), episodes[-1])
+                if expert is not None:
+                    expert.reset(np.flatnonzero(mask))
+            state_ids = out.info["state_id"]
+            bar.set_postfix(episodes=len(episodes),
                             success_once=f"{np.mean([e['success_once'] for e in episodes]) if episodes else 0:.2f}")
+            if args.episodes and len(episodes) >= args.episodes:
+                break
         step_s = time.perf_counter() - t1
     finally:
         env.close()
-    frames = n_chunks * args.chunk * args.num_envs
-    summary = {
-        "env_id": args.env_id, "num_envs": args.num_envs, "env_steps": frames,
-        "env_steps_per_s": frames / step_s, "make_and_reset_s": make_s,
-        "episodes": len(episodes),
-        "success_once": float(np.mean([e["success_once"] for e in episodes])) if episodes else None,
-        "success_at_end": float(np.mean([e["success_at_end"] for e in episodes])) if episodes else None,
-        "video": str(args.video) if args.video else None,
+    mean = lambda k: float(np.mean([e[k] for e in episodes])) if episodes else None  # noqa: E731
+    return {
+        "env_id": args.env_id, "policy": args.policy, "num_envs": args.num_envs,
+        "asset_pack": getattr(base, "asset_pack", None), "env_steps": frames,
+        "env_steps_per_s": frames / step_s, "make_and_reset_s": make_s, "episodes": len(episodes),
+        "success_once": mean("success_once"), "success_at_end": mean("success_at_end"),
+        "return": mean("return"), "video": str(args.video) if args.video else None,
+        **({"demos_kept": kept, "demo_folder": str(recorder_folder)} if recorder_folder else {}),
     }
+
+
+def cmd_rollout(args: argparse.Namespace) -> int:
+    summary = run_episodes(args)
     print(json.dumps(summary, indent=2))
     if args.video:
         Path(args.video).with_suffix(".json").write_text(json.dumps(summary, indent=2))
+    return 0
+
+
+def cmd_collect_demos(args: argparse.Namespace) -> int:
+    args.video = None
+    summary = run_episodes(args, recorder_folder=args.out)
+    print(json.dumps(summary, indent=2))
     return 0
 
 
@@ -90,16 +135,23 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="print every registered env id").set_defaults(func=cmd_list)
     r = sub.add_parser("rollout", help="roll out a scripted policy and record a video")
-    r.add_argument("env_id")
-    r.add_argument("--num-envs", type=int, default=2)
-    r.add_argument("--steps", type=int, default=40, help="env steps per env")
-    r.add_argument("--chunk", type=int, default=4, help="actions per chunk_step")
-    r.add_argument("--image-size", type=int, default=128)
-    r.add_argument("--policy", choices=("random", "zero"), default="random")
-    r.add_argument("--seed", type=int, default=0)
+    c = sub.add_parser("collect-demos", help="record scripted-expert episodes for SFT (see vla_envs.demos)")
+    for q in (r, c):
+        q.add_argument("env_id")
+        q.add_argument("--num-envs", type=int, default=2)
+        q.add_argument("--steps", type=int, default=80, help="env steps per env (upper bound)")
+        q.add_argument("--episodes", type=int, default=0, help="stop after this many finished episodes (0: no limit)")
+        q.add_argument("--chunk", type=int, default=4, help="actions per chunk_step (the expert re-plans every step)")
+        q.add_argument("--image-size", type=int, default=128)
+        q.add_argument("--seed", type=int, default=0)
+        q.add_argument("--env-kwargs", default="{}", help='JSON of extra gym.make arguments, e.g. \'{"low_poly": true}\'')
+    r.add_argument("--policy", choices=("random", "zero", "expert"), default="random")
     r.add_argument("--video", type=Path, default=None, help="MP4 path (a .json summary is written beside it)")
     r.add_argument("--fps", type=int, default=10)
     r.set_defaults(func=cmd_rollout)
+    c.add_argument("--out", type=Path, required=True, help="demo folder")
+    c.add_argument("--all", dest="only_success", action="store_false", help="keep failed episodes too")
+    c.set_defaults(func=cmd_collect_demos, policy="expert")
     return p
 
 
@@ -109,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         return args.func(args)
-    except (VlaEnvError, ValueError) as e:
+    except (VlaEnvError, ValueError, json.JSONDecodeError) as e:
         print(f"vla-envs: error: {e}", file=sys.stderr)
         return 2
 

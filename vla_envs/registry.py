@@ -37,6 +37,8 @@ class TaskSpec:
     """Python modules the backend needs."""
     extra: str = ""
     """The pip extra that installs ``requires``."""
+    expert: str = ""
+    """``"module:Class"`` of a scripted expert driven by the backend's ``expert_state``."""
 
     def backend_installed(self) -> bool:
         return all(importlib.util.find_spec(m) is not None for m in self.requires)
@@ -72,7 +74,8 @@ TASKS: dict[str, TaskSpec] = {
 _PUT_ON_PLATE = "vla_envs.tasks.put_on_plate.make:make_put_on_plate_vector_env"
 TASKS.update({
     env_id: TaskSpec(env_id, "maniskill", "put-on-plate", 80, _PUT_ON_PLATE, kwargs,
-                     ("mani_skill", "sapien"), "maniskill")
+                     ("mani_skill", "sapien"), "maniskill",
+                     expert="vla_envs.tasks.put_on_plate.expert:ScriptedExpert")
     for env_id, kwargs in {
         "PutOnPlateInScene25Main-v3": {"split": "train"},
         "PutOnPlateInScene25MainTest-v3": {"split": "test"},

@@ -1,0 +1,85 @@
+"""Demonstrations on disk: the format the scripted experts write and the SFT stage reads.
+
+A demo folder holds one ``episode_XXXXXX.npz`` per episode plus ``index.json``::
+
+    index.json      {"format": "vla-demos-v1", "env_id", "asset_pack", "episodes": [
+                        {"file", "instruction", "state_id", "length", "success_once",
+                         "success_at_end", "return"}, ...]}
+    episode_*.npz   image uint8 [T, H, W, 3]   observation before each action
+                    state float32 [T, S]
+                    action float32 [T, 7]      the action taken (env convention)
+                    reward float32 [T], success bool [T]
+                    instruction str, state_id int
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+FORMAT = "vla-demos-v1"
+
+
+class EpisodeRecorder:
+    """Accumulates per-env transitions and writes finished episodes to ``folder``."""
+
+    def __init__(self, folder: str | Path, num_envs: int, env_id: str, asset_pack: str | None,
+                 only_success: bool = True):
+        self.folder = Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.only_success = only_success
+        self.index: dict[str, Any] = {"format": FORMAT, "env_id": env_id, "asset_pack": asset_pack,
+                                      "episodes": []}
+        self._buf: list[dict[str, list]] = [self._empty() for _ in range(num_envs)]
+        self._next = 0
+
+    @staticmethod
+    def _empty() -> dict[str, list]:
+        return {"image": [], "state": [], "action": [], "reward": [], "success": []}
+
+    def add(self, obs: dict[str, Any], actions: np.ndarray, rewards: np.ndarray, success: np.ndarray) -> None:
+        """One step of every env: the observation the actions were taken from."""
+        for i, b in enumerate(self._buf):
+            b["image"].append(obs["image"][i])
+            b["state"].append(obs["state"][i])
+            b["action"].append(actions[i])
+            b["reward"].append(rewards[i])
+            b["success"].append(success[i])
+
+    def finish(self, i: int, instruction: str, state_id: int, episode: dict[str, Any]) -> bool:
+        """Env ``i``'s episode ended: write it (if kept) and start a new buffer. Returns kept."""
+        b, self._buf[i] = self._buf[i], self._empty()
+        kept = bool(episode["success_once"]) or not self.only_success
+        if kept:
+            name = f"episode_{self._next:06d}.npz"
+            self._next += 1
+            np.savez_compressed(self.folder / name, image=np.stack(b["image"]), state=np.stack(b["state"]),
+                                action=np.stack(b["action"]).astype(np.float32),
+                                reward=np.asarray(b["reward"], np.float32), success=np.asarray(b["success"], bool),
+                                instruction=np.asarray(instruction), state_id=np.asarray(state_id))
+            self.index["episodes"].append({"file": name, "instruction": instruction, "state_id": int(state_id),
+                                           **{k: float(v) for k, v in episode.items()}})
+            tmp = self.folder / f".index.{os.getpid()}.tmp"
+            tmp.write_text(json.dumps(self.index, indent=1))
+            tmp.replace(self.folder / "index.json")
+        return kept
+
+
+def load_demos(folder: str | Path) -> tuple[dict[str, Any], list[dict[str, np.ndarray]]]:
+    """Read a demo folder: its index and every episode's arrays."""
+    folder = Path(folder)
+    index_path = folder / "index.json"
+    if not index_path.is_file():
+        raise FileNotFoundError(f"{index_path} not found: not a demo folder (see vla-envs collect-demos)")
+    index = json.loads(index_path.read_text())
+    if index.get("format") != FORMAT:
+        raise ValueError(f"{index_path}: format {index.get('format')!r}, expected {FORMAT!r}")
+    episodes = []
+    for e in index["episodes"]:
+        with np.load(folder / e["file"]) as z:
+            episodes.append({k: z[k] for k in z.files})
+    return index, episodes
