@@ -24,7 +24,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     rows = [("id", "backend", "suite", "max_steps", "backend installed", "assets")]
     for spec in TASKS.values():
         installed = spec.backend_installed()
-        assets = ("present" if spec.assets_present() else "missing") if installed else "-"
+        assets = spec.assets_status() if installed else "-"
         rows.append((spec.id, spec.backend, spec.suite, str(spec.max_episode_steps),
                      "yes" if installed else f"no: pip install 'vla-rl[{spec.extra}]'", assets))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]

@@ -43,11 +43,12 @@ class TaskSpec:
     def backend_installed(self) -> bool:
         return all(importlib.util.find_spec(m) is not None for m in self.requires)
 
-    def assets_present(self) -> bool:
-        """Tasks with downloadable assets override this through their factory module."""
+    def assets_status(self) -> str:
+        """What ``vla-envs list`` shows: the factory module's ``assets_status(spec)`` if it
+        has one, else ``"present"``."""
         module, _, _ = self.factory.partition(":")
-        check = getattr(importlib.import_module(module), "assets_present", None)
-        return True if check is None else bool(check(self))
+        check = getattr(importlib.import_module(module), "assets_status", None)
+        return "present" if check is None else str(check(self))
 
     def make(self, num_envs: int = 1, **kwargs: Any):
         module, _, name = self.factory.partition(":")

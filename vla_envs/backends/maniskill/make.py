@@ -78,8 +78,8 @@ def make_maniskill_vector_env(task: str, instruction: str | None, num_envs: int 
     return ChunkVectorEnv(backend, **contract_kwargs)
 
 
-def assets_present(spec: Any) -> bool:
+def assets_status(spec: Any) -> str:
     """For ``vla-envs list``: whether a registered ManiSkill task's assets are on disk."""
     from vla_envs.backends.maniskill.common import missing_assets
 
-    return not missing_assets(spec.kwargs["task"])
+    return "missing" if missing_assets(spec.kwargs["task"]) else "present"

@@ -59,8 +59,10 @@ def make_put_on_plate_vector_env(num_envs: int = 1, *, split: str = "train", ass
     return env
 
 
-def assets_present(spec: Any) -> bool:
-    """For ``vla-envs list``: the official pack is present (else the procedural one is used)."""
+def assets_status(spec: Any) -> str:
+    """For ``vla-envs list``: which pack ``assets="auto"`` would use."""
     from vla_envs.tasks.put_on_plate.assets import asset_root
 
-    return (asset_root() / "official" / "carrot").is_dir()
+    if (asset_root() / "official" / "carrot").is_dir():
+        return "official"
+    return "procedural (official not found)"
