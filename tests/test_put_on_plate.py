@@ -269,3 +269,47 @@ def test_collect_demos_writes_the_documented_format(asset_root, tmp_path, monkey
     ep = episodes[0]
     assert ep["image"].shape == (12, 32, 32, 3) and ep["action"].shape == (12, 7)
     assert str(ep["instruction"]).startswith("put ") and index["episodes"][0]["length"] == 12
+
+
+def test_texture_and_image_noise_blend_as_documented():
+    pytest.importorskip("mani_skill")
+    from vla_envs.tasks.put_on_plate.env import composite
+
+    rgb = torch.full((1, 1, 2, 3), 200, dtype=torch.uint8)
+    seg = torch.tensor([[[[5], [0]]]], dtype=torch.int16)
+    overlay = torch.full((1, 1, 2, 3), 10, dtype=torch.uint8)
+    texture = torch.full((1, 1, 2, 3), 100, dtype=torch.uint8)
+    fg_only = composite(rgb, seg, overlay, torch.tensor([5]), texture, texture_mix=0.5)
+    assert fg_only[0, 0, :, 0].tolist() == [150, 10]
+    whole = composite(rgb, seg, overlay, torch.tensor([5]), texture, image_mix=0.3)
+    assert whole[0, 0, :, 0].tolist() == [170, 37]
+
+
+@pytest.mark.slow
+@pytest.mark.maniskill
+def test_every_variant_makes_resets_and_steps(asset_root, monkeypatch):
+    import gymnasium as gym
+
+    import vla_envs  # noqa: F401
+    from vla_envs.tasks.put_on_plate.variants import VARIANTS
+
+    monkeypatch.setenv("VLA_ENVS_ASSET_DIR", str(asset_root))
+    for env_id, variant in VARIANTS.items():
+        env = gym.make(env_id, num_envs=1, image_size=32, low_poly=True, vectorization="serial")
+        try:
+            obs, info = env.reset(seed=3)
+            task = env.backend.envs[0]._env.unwrapped
+            on_table = lambda group: sum(float(a.pose.p[0, 2]) < 1.0 for a in group)  # noqa: E731
+            assert on_table(task.objects) == (2 if variant.distractor == "object" else 1), env_id
+            assert on_table(task.plates) == (2 if variant.distractor == "plate" else 1), env_id
+            assert int(task.sel["object"][0]) in variant.objects and int(task.sel["overlay"][0]) in variant.overlays
+            assert obs["instruction"][0].startswith("put ") == (variant.env_id.find("Instruct") < 0), env_id
+            for _ in range(variant.move_object_at_step or 1):
+                start = task.objects[int(task.sel["object"][0])].pose.p[0].clone()
+                out = env.chunk_step(np.zeros((1, 1, 7), np.float32))
+            assert out.valid.all() and np.isfinite(out.rewards).all()
+            if variant.move_object_at_step:  # the object jumped to another cell
+                moved = task.objects[int(task.sel["object"][0])].pose.p[0]
+                assert float(torch.linalg.norm(moved[:2] - start[:2])) > 0.03
+        finally:
+            env.close()

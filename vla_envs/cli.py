@@ -72,7 +72,8 @@ def run_episodes(args: argparse.Namespace, recorder_folder: Path | None = None) 
         state_ids = info["state_id"]
         make_s = time.perf_counter() - t0
         n_chunks = -(-args.steps // chunk)
-        bar = tqdm(range(n_chunks), desc=f"{args.policy} {args.env_id}", unit="chunk", file=sys.stderr)
+        chunks = range(n_chunks) if not args.episodes else (i for i in range(n_chunks))  # no ETA when ending on episodes
+        bar = tqdm(chunks, desc=f"{args.policy} {args.env_id}", unit="chunk", file=sys.stderr)
         t1, frames = time.perf_counter(), 0
         for _ in bar:
             if expert is not None:
@@ -130,6 +131,38 @@ def cmd_collect_demos(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_eval_ood(args: argparse.Namespace) -> int:
+    """Every PutOnPlate variant, then a table of per-variant and per-category success."""
+    import copy
+
+    from vla_envs.tasks.put_on_plate.variants import CATEGORIES, VARIANTS
+
+    rows = []
+    for env_id, variant in VARIANTS.items():
+        a = copy.copy(args)
+        a.env_id, a.video, a.steps = env_id, None, 10**9
+        summary = run_episodes(a)
+        rows.append({"env_id": env_id, "category": variant.category, "episodes": summary["episodes"],
+                     "success_once": summary["success_once"], "success_at_end": summary["success_at_end"],
+                     "asset_pack": summary["asset_pack"]})
+    averages = {}
+    for cat in CATEGORIES:
+        sel = [r for r in rows if r["category"] == cat]
+        averages[cat] = {k: float(np.mean([r[k] for r in sel])) for k in ("success_once", "success_at_end")}
+    ood = [r for r in rows if r["category"] in CATEGORIES]
+    averages["ood_all"] = {k: float(np.mean([r[k] for r in ood])) for k in ("success_once", "success_at_end")}
+    lines = [f"policy: {args.policy}; asset pack: {rows[0]['asset_pack']}; {args.episodes} episodes per variant",
+             "", "| variant | category | success_once | success_at_end |", "|---|---|---|---|"]
+    lines += [f"| {r['env_id']} | {r['category']} | {r['success_once']:.3f} | {r['success_at_end']:.3f} |" for r in rows]
+    lines += [f"| **{c} average** | | {v['success_once']:.3f} | {v['success_at_end']:.3f} |" for c, v in averages.items()]
+    table = "\n".join(lines)
+    print(table)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "ood_eval.md").write_text(table + "\n")
+    (args.out / "ood_eval.json").write_text(json.dumps({"policy": args.policy, "rows": rows, "averages": averages}, indent=2))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="vla-envs", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -152,6 +185,15 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--out", type=Path, required=True, help="demo folder")
     c.add_argument("--all", dest="only_success", action="store_false", help="keep failed episodes too")
     c.set_defaults(func=cmd_collect_demos, policy="expert")
+    o = sub.add_parser("eval-ood", help="run a policy on every PutOnPlate variant; success table by category")
+    o.add_argument("--policy", choices=("random", "zero", "expert"), default="expert")
+    o.add_argument("--episodes", type=int, default=8, help="episodes per variant")
+    o.add_argument("--num-envs", type=int, default=2)
+    o.add_argument("--image-size", type=int, default=128)
+    o.add_argument("--seed", type=int, default=0)
+    o.add_argument("--env-kwargs", default="{}", help="JSON of extra gym.make arguments")
+    o.add_argument("--out", type=Path, default=Path("runs/eval_ood"), help="writes ood_eval.md and ood_eval.json")
+    o.set_defaults(func=cmd_eval_ood, chunk=1)
     return p
 
 

@@ -73,15 +73,18 @@ TASKS: dict[str, TaskSpec] = {
 }
 
 _PUT_ON_PLATE = "vla_envs.tasks.put_on_plate.make:make_put_on_plate_vector_env"
-TASKS.update({
-    env_id: TaskSpec(env_id, "maniskill", "put-on-plate", 80, _PUT_ON_PLATE, kwargs,
-                     ("mani_skill", "sapien"), "maniskill",
-                     expert="vla_envs.tasks.put_on_plate.expert:ScriptedExpert")
-    for env_id, kwargs in {
-        "PutOnPlateInScene25Main-v3": {"split": "train"},
-        "PutOnPlateInScene25MainTest-v3": {"split": "test"},
-    }.items()
-})
+
+
+def _put_on_plate_specs() -> dict[str, TaskSpec]:
+    from vla_envs.tasks.put_on_plate.variants import VARIANTS
+
+    return {env_id: TaskSpec(env_id, "maniskill", f"put-on-plate/{v.category}", 80, _PUT_ON_PLATE,
+                             {"variant": env_id}, ("mani_skill", "sapien"), "maniskill",
+                             expert="vla_envs.tasks.put_on_plate.expert:ScriptedExpert")
+            for env_id, v in VARIANTS.items()}
+
+
+TASKS.update(_put_on_plate_specs())
 
 
 def get_task(env_id: str) -> TaskSpec:

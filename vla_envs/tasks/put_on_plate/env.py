@@ -34,6 +34,7 @@ from vla_envs.tasks.put_on_plate import episodes, rewards
 from vla_envs.tasks.put_on_plate.assets import AssetPack
 from vla_envs.tasks.put_on_plate.camera import CameraFile, load_camera_file
 from vla_envs.tasks.put_on_plate.robots import ensure_lowpoly_panda  # noqa: F401 (registers it)
+from vla_envs.tasks.put_on_plate.variants import get_variant
 
 TABLE_TOP_Z = 0.87
 PANDA_BASE = sapien.Pose(p=[0.30, 0.0, TABLE_TOP_Z], q=[0.0, 0.0, 0.0, 1.0])  # faces -x
@@ -50,21 +51,26 @@ class PutOnPlateInScene25Env(BaseEnv):
     SUPPORTED_OBS_MODES = ["rgb+segmentation"]
     SUPPORTED_REWARD_MODES = ["dense", "none"]
 
-    def __init__(self, *args: Any, pack: AssetPack, split: str = "train", n_plates: int = 1,
+    def __init__(self, *args: Any, pack: AssetPack, variant: str = "PutOnPlateInScene25Main-v3",
                  camera_file: str | Path | None = None, camera_hw: tuple[int, int] = (480, 640),
                  robot_uids: str = "panda", **kwargs: Any):
         self.pack = pack
-        self.split = episodes.get_split(split, n_plates)
+        self.variant = get_variant(variant)
+        self.split = self.variant.split()
         self.camera: CameraFile = load_camera_file(camera_file)
         self.image_hw = tuple(camera_hw)
         self.num_episodes = self.split.num_episodes
-        self._pairs = torch.as_tensor(episodes.position_pairs(), dtype=torch.float32)
+        self._pairs = torch.as_tensor(episodes.position_pairs(), dtype=torch.float32) + self.variant.grid_offset_m
+        self._grid = torch.as_tensor(episodes.grid_xy(), dtype=torch.float32) + self.variant.grid_offset_m
         yaws = torch.as_tensor(episodes.YAWS_RAD, dtype=torch.float32)
         self._yaw_quats = torch.stack([torch.cos(yaws / 2), 0 * yaws, 0 * yaws, torch.sin(yaws / 2)], 1)
         h, w = self.image_hw
         self._overlays = torch.stack([
             torch.as_tensor(np.array(Image.open(o.image_file).convert("RGB").resize((w, h), Image.BILINEAR)))
             for o in pack.overlays])  # uint8 [n_overlays, H, W, 3]
+        self._textures = torch.stack([
+            torch.as_tensor(np.array(Image.open(o.texture_file).convert("RGB").resize((w, h), Image.BILINEAR)))
+            for o in pack.overlays])
         super().__init__(*args, robot_uids=robot_uids, **kwargs)
 
     # ------------------------------------------------------------------ config
@@ -122,7 +128,9 @@ class PutOnPlateInScene25Env(BaseEnv):
         self._plate_bbox = torch.as_tensor(np.stack([m.bbox_size * m.scales[0] for m in self.pack.plates]), dtype=torch.float32)
         n = self.num_envs
         self.episode_id = torch.zeros(n, dtype=torch.int64)
-        self.sel = {k: torch.zeros(n, dtype=torch.int64) for k in ("object", "plate", "overlay", "position_pair", "yaw")}
+        self.sel = {k: torch.zeros(n, dtype=torch.int64) for k in
+                    ("object", "plate", "overlay", "position_pair", "yaw", "distractor")}
+        self.distractor_xy = torch.zeros(n, 2)
         self.grasp_streak = torch.zeros(n, dtype=torch.int32)
         self.ever_grasped = torch.zeros(n, dtype=torch.bool)
         self.ever_consecutive = torch.zeros(n, dtype=torch.bool)
@@ -139,8 +147,11 @@ class PutOnPlateInScene25Env(BaseEnv):
     @property
     def instruction(self) -> list[str]:
         """The instruction of each env's episode."""
-        return [f"put {self.pack.objects[o].name} on {self.pack.plates[p].name}"
-                for o, p in zip(self.sel["object"].tolist(), self.sel["plate"].tolist())]
+        templates = self.variant.instructions
+        return [templates[(o + y) % len(templates)].format(object=self.pack.objects[o].name,
+                                                           plate=self.pack.plates[p].name)
+                for o, p, y in zip(self.sel["object"].tolist(), self.sel["plate"].tolist(),
+                                   self.sel["yaw"].tolist())]
 
     def _initialize_episode(self, env_idx: torch.Tensor, options: dict) -> None:
         b = len(env_idx)
@@ -155,24 +166,35 @@ class PutOnPlateInScene25Env(BaseEnv):
         self.episode_id[idx] = ids
         for k, v in decoded.items():
             self.sel[k][idx] = torch.as_tensor(v)
+        self._choose_distractor(idx)
         with torch.device(self.device):
             pair = self._pairs[self.sel["position_pair"][idx]]  # [b, 2, 2]
             quat = self._yaw_quats[self.sel["yaw"][idx]]  # [b, 4]
             ident = torch.tensor([1.0, 0, 0, 0]).repeat(b, 1)
-            for group, chosen, row, xy_col, z, q in (
-                (self.objects, self.sel["object"][idx], 0.0, 0, episodes.OBJECT_SPAWN_Z, quat),
-                (self.plates, self.sel["plate"][idx], 1.0, 1, episodes.PLATE_SPAWN_Z, ident),
+            kind = self.variant.distractor
+            extra = self.sel["distractor"][idx]
+            far = torch.cat([self.distractor_xy[idx], torch.zeros(b, 1)], 1).to(self.device)
+            for group, chosen, row, xy_col, z, q, has_extra in (
+                (self.objects, self.sel["object"][idx], 0.0, 0, episodes.OBJECT_SPAWN_Z, quat, kind == "object"),
+                (self.plates, self.sel["plate"][idx], 1.0, 1, episodes.PLATE_SPAWN_Z, ident, kind == "plate"),
             ):
                 for i, actor in enumerate(group):
                     here = (chosen == i).to(self.device)[:, None]
                     park = torch.tensor([PARK_X + row, 0.3 * i, PARK_Z]).repeat(b, 1)
                     spawn = torch.cat([pair[:, xy_col].to(self.device), torch.full((b, 1), z)], 1)
-                    actor.set_pose(Pose.create_from_pq(p=torch.where(here, spawn, park),
-                                                       q=torch.where(here, q.to(self.device), ident)))
+                    pos, rot = torch.where(here, spawn, park), torch.where(here, q.to(self.device), ident)
+                    if has_extra:  # the distractor stands on the grid cell farthest from both
+                        other = (extra == i).to(self.device)[:, None] & ~here
+                        pos = torch.where(other, far + torch.tensor([0.0, 0.0, z]), pos)
+                    actor.set_pose(Pose.create_from_pq(p=pos, q=rot))
                     # a moved body keeps its velocity: zero it, or the previous episode leaks in
                     actor.set_linear_velocity(torch.zeros(b, 3))
                     actor.set_angular_velocity(torch.zeros(b, 3))
             qpos = torch.as_tensor(self.agent.keyframes["rest"].qpos, dtype=torch.float32).repeat(b, 1)
+            if self.variant.init_qpos_noise_rad:
+                # deterministic per episode id, no per-env loop: a fixed "hash" of the id per joint
+                phase = self.episode_id[idx].double()[:, None] * torch.arange(1, 8, dtype=torch.float64) * 0.7071
+                qpos[:, :7] += (torch.sin(phase) * self.variant.init_qpos_noise_rad).float()
             self.agent.reset(qpos)
             self.agent.robot.set_pose(PANDA_BASE)
         self._settle(0.5)
@@ -181,6 +203,23 @@ class PutOnPlateInScene25Env(BaseEnv):
         self.ever_grasped[idx] = False
         self.ever_consecutive[idx] = False
         self.prev_score[idx] = 0.0
+
+    def _choose_distractor(self, idx: torch.Tensor) -> None:
+        """The distractor model (another object of the split, or the next plate) and its grid
+        cell (the one farthest from both the object's and the plate's), per env."""
+        kind = self.variant.distractor
+        if not kind:
+            return
+        if kind == "object":
+            objs = self.split.objects
+            offset = (self.sel["object"][idx] - objs.start + 1 + self.sel["yaw"][idx]) % len(objs)
+            self.sel["distractor"][idx] = objs.start + torch.where(
+                offset == self.sel["object"][idx] - objs.start, (offset + 1) % len(objs), offset)
+        else:
+            self.sel["distractor"][idx] = (self.sel["plate"][idx] + 1) % len(self.plates)
+        pair = self._pairs[self.sel["position_pair"][idx]]  # [b, 2, 2]
+        dist = torch.cdist(self._grid[None].expand(len(idx), -1, -1), pair).min(dim=2).values  # [b, 36]
+        self.distractor_xy[idx] = self._grid[dist.argmax(dim=1)]
 
     def _settle(self, seconds: float) -> None:
         if self.gpu_sim_enabled:
@@ -226,6 +265,7 @@ class PutOnPlateInScene25Env(BaseEnv):
                     if pair.any():
                         f = torch.linalg.norm(self.scene.get_pairwise_contact_forces(obj, plate), dim=-1).cpu()
                         force = torch.where(pair, f, force)
+        self._maybe_move_object(grasped)
         self.grasp_streak = rewards.update_grasp_streak(self.grasp_streak, grasped)
         self.ever_grasped |= grasped
         self.ever_consecutive |= self.grasp_streak >= rewards.CONSECUTIVE_GRASP_STEPS
@@ -244,6 +284,28 @@ class PutOnPlateInScene25Env(BaseEnv):
                 "object_size": self._obj_bbox[self.sel["object"]].numpy(),
                 "base_yaw": np.full(self.num_envs, np.pi)}
 
+    def _maybe_move_object(self, grasped: torch.Tensor) -> None:
+        """PositionChange variant: at the configured step, an object not yet grasped jumps to
+        the grid cell farthest from its start and the plate (the policy must re-target)."""
+        k = self.variant.move_object_at_step
+        if not k:
+            return
+        move = (self.elapsed_steps.cpu() == k) & ~grasped
+        if not move.any():
+            return
+        self._choose_far_cells()
+        for i, obj in enumerate(self.objects):
+            sel = move & (self.sel["object"] == i)
+            if sel.any():
+                p = obj.pose.p.clone()
+                p[sel.to(p.device), :2] = self.distractor_xy[sel].to(p.device)
+                obj.set_pose(Pose.create_from_pq(p=p, q=obj.pose.q))
+
+    def _choose_far_cells(self) -> None:
+        pair = self._pairs[self.sel["position_pair"]]
+        dist = torch.cdist(self._grid[None].expand(self.num_envs, -1, -1), pair).min(dim=2).values
+        self.distractor_xy[:] = self._grid[dist.argmax(dim=1)]
+
     def compute_dense_reward(self, obs: Any, action: torch.Tensor, info: dict) -> torch.Tensor:
         score = rewards.staged_score(self.ever_grasped, self.ever_consecutive, info["success"].cpu())
         reward = rewards.dense_reward(score, self.prev_score)
@@ -261,20 +323,33 @@ class PutOnPlateInScene25Env(BaseEnv):
         data = super()._get_obs_sensor_data(apply_texture_transforms)
         cam = data[CAMERA_UID]
         if "segmentation" in cam:
-            cam["rgb"] = composite(cam["rgb"], cam["segmentation"], self._overlays[self.sel["overlay"]],
-                                   self._foreground_ids)
+            sel = self.sel["overlay"]
+            cam["rgb"] = composite(cam["rgb"], cam["segmentation"], self._overlays[sel], self._foreground_ids,
+                                   self._textures[sel], self.variant.texture_mix, self.variant.image_mix)
         return data
 
 
 def composite(rgb: torch.Tensor, segmentation: torch.Tensor, overlay: torch.Tensor,
-              foreground_ids: torch.Tensor) -> torch.Tensor:
-    """Green screen: keep pixels whose actor id is in ``foreground_ids``, else the overlay.
+              foreground_ids: torch.Tensor, texture: torch.Tensor | None = None,
+              texture_mix: float = 0.0, image_mix: float = 0.0) -> torch.Tensor:
+    """Green screen: keep pixels whose actor id is in ``foreground_ids``, else the overlay;
+    optionally blend ``texture`` into the foreground (``texture_mix``) or everywhere
+    (``image_mix``), the Vision OOD noises.
 
-    Shapes: rgb uint8 ``[B, H, W, 3]``, segmentation ``[B, H, W, 1]``, overlay uint8
+    Shapes: rgb uint8 ``[B, H, W, 3]``, segmentation ``[B, H, W, 1]``, overlay and texture uint8
     ``[B, H, W, 3]``, foreground_ids ``[K]`` -> uint8 ``[B, H, W, 3]``.
     """
     keep = torch.isin(segmentation[..., 0].to(torch.int32), foreground_ids.to(segmentation.device))
-    return torch.where(keep[..., None], rgb, overlay.to(rgb.device))
+    out = torch.where(keep[..., None], rgb, overlay.to(rgb.device))
+    if texture is None or not (texture_mix or image_mix):
+        return out
+    tex = texture.to(rgb.device).float()
+    mixed = out.float()
+    if texture_mix:
+        mixed = torch.where(keep[..., None], (1 - texture_mix) * mixed + texture_mix * tex, mixed)
+    if image_mix:
+        mixed = (1 - image_mix) * mixed + image_mix * tex
+    return mixed.round().clamp(0, 255).to(torch.uint8)
 
 
 def _quat_to_matrix(q: torch.Tensor) -> torch.Tensor:

@@ -11,19 +11,20 @@ ROBOTS = ("panda",)
 TASK_ID = "VLA-PutOnPlateInScene25-v1"
 
 
-def make_put_on_plate_vector_env(num_envs: int = 1, *, split: str = "train", assets: str = "auto",
+def make_put_on_plate_vector_env(num_envs: int = 1, *, variant: str = "PutOnPlateInScene25Main-v3",
+                                 assets: str = "auto",
                                  robot: str = "panda", low_poly: bool = False,
                                  camera_file: str | Path | None = None,
                                  image_size: int | tuple[int, int] = (480, 640),
                                  sim_backend: str = "auto", vectorization: str = "pool",
-                                 n_plates: int = 1, asset_root: str | Path | None = None,
+                                 asset_root: str | Path | None = None,
                                  **contract_kwargs: Any) -> ChunkVectorEnv:
     """PutOnPlateInScene25 as the project's vector env.
 
     Args:
         num_envs: batch size.
-        split: ``"train"`` (objects 0-15, overlays 0-15), ``"test"`` (objects 16-24, overlays
-            16-20) or ``"all"``.
+        variant: the env id of the condition (``variants.VARIANTS``): Main (train split:
+            objects 0-15, photos 0-15), MainTest (objects 16-24, photos 16-20), or an OOD one.
         assets: ``"auto"``, ``"official"`` or ``"procedural"`` (see ``assets.resolve_pack``).
         robot: ``"panda"`` (our Franka's twin; WidowX needs the official robot assets).
         low_poly: render the Panda with its collision meshes (4-8x faster on CPU). Training
@@ -31,31 +32,33 @@ def make_put_on_plate_vector_env(num_envs: int = 1, *, split: str = "train", ass
         camera_file: the calibration tool's camera file (default: the packaged one).
         image_size: main camera side, or (height, width); intrinsics scale with it.
         sim_backend, vectorization: as for every ManiSkill env.
-        n_plates: plates to draw from (Main-v3 uses 1).
         asset_root: where packs live (default ``$VLA_ENVS_ASSET_DIR``).
         **contract_kwargs: ``ChunkVectorEnv`` options.
     """
     from vla_envs.backends.maniskill import make_maniskill_vector_env
     from vla_envs.tasks.put_on_plate.assets import resolve_pack
     from vla_envs.tasks.put_on_plate.camera import load_camera_file
-    from vla_envs.tasks.put_on_plate.episodes import get_split
+    from vla_envs.tasks.put_on_plate.variants import get_variant
 
     if robot not in ROBOTS:
         raise ValueError(f"robot={robot!r}; available here: {list(ROBOTS)}")
-    get_split(split, n_plates)  # unknown split: error listing the valid ones, before any work
+    spec = get_variant(variant)  # unknown variant: error listing the valid ones, before any work
     load_camera_file(camera_file)  # bad camera file: error naming the field, before any work
     pack = resolve_pack(assets, Path(asset_root) if asset_root else None)
-    if n_plates > len(pack.plates):
-        raise ValueError(f"n_plates={n_plates} but the {pack.kind} pack has {len(pack.plates)} plates")
+    needed = max(spec.plates.stop, 2 if spec.distractor == "plate" else 0)
+    if needed > len(pack.plates) or spec.objects.stop > len(pack.objects):
+        raise ValueError(f"{variant} needs {needed} plates and {spec.objects.stop} objects; the "
+                         f"{pack.kind} pack has {len(pack.plates)} and {len(pack.objects)}")
     image_hw = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
     env = make_maniskill_vector_env(
         TASK_ID, None, num_envs, sim_backend=sim_backend, vectorization=vectorization,
         image_size=None, reward_mode="dense", obs_mode="rgb+segmentation",
         register_module="vla_envs.tasks.put_on_plate.env",
-        env_kwargs=dict(pack=pack, split=split, n_plates=n_plates, camera_file=camera_file,
+        env_kwargs=dict(pack=pack, variant=variant, camera_file=camera_file,
                         camera_hw=image_hw, robot_uids="panda_lowpoly" if low_poly else "panda"),
         **contract_kwargs)
     env.asset_pack = pack.kind  # recorded by eval reports and checkpoints
+    env.variant = spec
     return env
 
 

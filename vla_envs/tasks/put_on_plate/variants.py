@@ -1,0 +1,85 @@
+"""Out-of-distribution variants of PutOnPlateInScene25, grouped as in the reference's
+evaluation (Vision / Semantic / Execution), each registered as its own env id.
+
+A variant is data: which objects, plates and table photos it draws from, and which
+perturbation it applies. The scene code (``env.py``) reads these fields; nothing else
+distinguishes variants.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vla_envs.tasks.put_on_plate.episodes import Split
+
+CATEGORIES = ("vision", "semantic", "execution")
+TRAIN_OBJECTS, TEST_OBJECTS = range(0, 16), range(16, 25)
+TRAIN_OVERLAYS, TEST_OVERLAYS = range(0, 16), range(16, 21)
+PARAPHRASES = (
+    "place the {object} onto the {plate}",
+    "move the {object} to the {plate}",
+    "pick up the {object} and set it down on the {plate}",
+    "can you put the {object} on the {plate}?",
+    "the {object} goes on the {plate}",
+)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One evaluation condition."""
+
+    env_id: str
+    category: str
+    """``"in-distribution"`` or one of ``CATEGORIES``."""
+    objects: range = TRAIN_OBJECTS
+    plates: range = range(0, 1)
+    overlays: range = TRAIN_OVERLAYS
+    texture_mix: float = 0.0
+    """Blend of the episode's texture image into robot/object pixels (dynamic texture noise)."""
+    image_mix: float = 0.0
+    """Blend of the texture image into the whole image (whole-image noise)."""
+    instructions: tuple[str, ...] = ("put {object} on {plate}",)
+    """Templates, chosen per episode by its yaw digit and object (deterministic)."""
+    distractor: str = ""
+    """``"object"`` or ``"plate"``: one more of that kind on the table."""
+    grid_offset_m: float = 0.0
+    """Shift of the position grid (unseen positions)."""
+    init_qpos_noise_rad: float = 0.0
+    """Deterministic per-episode offset of the arm's initial joints (unseen initial pose)."""
+    move_object_at_step: int = 0
+    """Teleport the object to another position at this step unless grasped (0: never)."""
+
+    def split(self) -> Split:
+        return Split(self.env_id, self.objects, self.plates, self.overlays)
+
+
+def _v(name: str, category: str, **kw) -> Variant:
+    return Variant(f"PutOnPlateInScene25{name}-v3", category, **kw)
+
+
+VARIANTS: dict[str, Variant] = {v.env_id: v for v in [
+    _v("Main", "in-distribution"),
+    _v("MainTest", "in-distribution", objects=TEST_OBJECTS, overlays=TEST_OVERLAYS),
+    # Vision
+    _v("VisionImage", "vision", overlays=TEST_OVERLAYS),
+    _v("VisionTexture03", "vision", texture_mix=0.3),
+    _v("VisionTexture05", "vision", texture_mix=0.5),
+    _v("VisionWhole03", "vision", image_mix=0.3),
+    _v("VisionWhole05", "vision", image_mix=0.5),
+    # Semantic
+    _v("Carrot", "semantic", objects=TEST_OBJECTS),
+    _v("Plate", "semantic", plates=range(1, 4)),
+    _v("Instruct", "semantic", instructions=PARAPHRASES),
+    _v("MultiCarrot", "semantic", distractor="object"),
+    _v("MultiPlate", "semantic", distractor="plate", plates=range(0, 1)),
+    # Execution
+    _v("Position", "execution", grid_offset_m=0.015),
+    _v("EEPose", "execution", init_qpos_noise_rad=0.15),
+    _v("PositionChange", "execution", move_object_at_step=10),
+]}
+
+
+def get_variant(env_id: str) -> Variant:
+    if env_id not in VARIANTS:
+        raise ValueError(f"unknown PutOnPlate variant {env_id!r}; valid: {sorted(VARIANTS)}")
+    return VARIANTS[env_id]
