@@ -237,7 +237,7 @@ def test_object_set_on_the_plate_in_the_simulator_succeeds(sim_env):
 
 @pytest.mark.slow
 @pytest.mark.maniskill
-@pytest.mark.parametrize("seed", [0, 2])
+@pytest.mark.parametrize("seed", [0, 1])
 def test_scripted_expert_solves_fixed_seeds(sim_env, seed):
     from vla_envs.tasks.put_on_plate.expert import ScriptedExpert
 

@@ -93,7 +93,9 @@ class ScriptedExpert:
             move = np.clip(move + self.rng.normal(0, self.noise, 3), -1, 1)
         action = np.zeros(7)
         action[:3] = move
-        action[5] = np.clip(rot / MAX_ROT_RAD, -1, 1)
+        # the controller's rotation frame follows the tool, whose z axis points down: a positive
+        # z rotation turns the gripper clockwise seen from above (measured), hence the minus
+        action[5] = np.clip(-rot / MAX_ROT_RAD, -1, 1)
         action[6] = grip
         return action
 
@@ -103,4 +105,6 @@ class ScriptedExpert:
         if phase in ("close", "open"):
             return ticks >= 2  # the fingers need two control steps (0.4 s)
         tolerance = 0.012 if phase in ("descend", "lower") else 0.02
-        return bool(np.linalg.norm(delta) < tolerance and abs(rot) < 0.08) or ticks >= 12
+        # a quarter turn at the controller's 0.1 rad per step takes 16 steps: wait for it
+        limit = 20 if phase == "above" else 12
+        return bool(np.linalg.norm(delta) < tolerance and abs(rot) < 0.05) or ticks >= limit
