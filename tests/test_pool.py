@@ -80,11 +80,11 @@ def test_dead_worker_is_reported_with_its_exit_code(pool):
 
 
 def _missing_assets():
-    raise AssetsMissingError("assets for ToyTask not found under /nowhere; run: vla-envs fetch-assets")
+    raise AssetsMissingError("assets for ToyTask not found under /nowhere; copy the pack there")
 
 
 def test_startup_error_keeps_its_type_and_message():
-    with pytest.raises(AssetsMissingError, match="vla-envs fetch-assets"):
+    with pytest.raises(AssetsMissingError, match="copy the pack there"):
         ProcessPoolBackend([_missing_assets, functools.partial(ToyEnv, 5)])
 
 

@@ -156,7 +156,7 @@ def test_bad_packs_name_the_file_and_field(asset_root, tmp_path):
     db.write_text("{not json")
     with pytest.raises(ValueError, match=f"{db} is not valid JSON"):
         load_pack(tmp_path / "official", "official")
-    with pytest.raises(AssetsMissingError, match="fetch-assets"):
+    with pytest.raises(AssetsMissingError, match="official/carrot"):
         resolve_pack("official", tmp_path / "empty")
     with pytest.raises(ValueError, match="allowed"):
         resolve_pack("bridge", tmp_path)

@@ -31,8 +31,8 @@ from vla_envs.errors import AssetsMissingError
 PACK_KINDS = ("auto", "official", "procedural")
 N_OBJECTS, N_OVERLAYS = 25, 21
 VISUAL_FILES = ("textured.obj", "textured.dae", "textured.glb")
-FETCH_HINT = ("on a machine with internet run `vla-envs fetch-assets` (or copy an official pack "
-              "into {root}/official/carrot)")
+FETCH_HINT = ("copy the official pack (RL4VLA's carrot/ folder: more_carrot, more_plate, more_table) "
+              "to {root}/official/carrot; the layout is documented in vla_envs/tasks/put_on_plate/assets.py")
 
 
 def asset_root() -> Path:
