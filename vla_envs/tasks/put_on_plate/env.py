@@ -40,7 +40,8 @@ TABLE_TOP_Z = 0.87
 PANDA_BASE = sapien.Pose(p=[0.30, 0.0, TABLE_TOP_Z], q=[0.0, 0.0, 0.0, 1.0])  # faces -x
 CAMERA_UID = "3rd_view_camera"
 PARK_X = 3.0  # parked models rest on a shelf far outside the camera's view
-PARK_Z = 1.05  # just above the shelf's top, so they settle and sleep (no physics cost)
+SHELF_TOP_Z = 1.0  # parked models rest on it at their own half-height and are put to sleep,
+# so the 27 unused models cost no physics (rolling ones would otherwise never come to rest)
 
 
 @register_env("VLA-PutOnPlateInScene25-v1", max_episode_steps=80)
@@ -108,7 +109,7 @@ class PutOnPlateInScene25Env(BaseEnv):
         builder.add_multiple_convex_collisions_from_file(
             str(info.collision_file), scale=scale, material=material, density=info.density)
         builder.add_visual_from_file(str(info.visual_file), scale=scale)
-        builder.initial_pose = sapien.Pose(p=[PARK_X + row, 0.3 * index, PARK_Z])
+        builder.initial_pose = sapien.Pose(p=[PARK_X + row, 0.3 * index, _park_z(info)])
         return builder.build(name=name)
 
     def _load_scene(self, options: dict) -> None:
@@ -120,7 +121,7 @@ class PutOnPlateInScene25Env(BaseEnv):
         self.table = table.build_static(name="table")
         shelf = self.scene.create_actor_builder()
         shelf.add_box_collision(half_size=[1.0, 4.5, 0.05])
-        shelf.initial_pose = sapien.Pose(p=[PARK_X + 0.5, 3.6, PARK_Z - 0.1])
+        shelf.initial_pose = sapien.Pose(p=[PARK_X + 0.5, 3.6, SHELF_TOP_Z - 0.05])
         shelf.build_static(name="parking_shelf")
         self.objects = [self._build_model(m, f"obj_{m.model_id}", i, 0.0) for i, m in enumerate(self.pack.objects)]
         self.plates = [self._build_model(m, f"plate_{m.model_id}", i, 1.0) for i, m in enumerate(self.pack.plates)]
@@ -178,9 +179,10 @@ class PutOnPlateInScene25Env(BaseEnv):
                 (self.objects, self.sel["object"][idx], 0.0, 0, episodes.OBJECT_SPAWN_Z, quat, kind == "object"),
                 (self.plates, self.sel["plate"][idx], 1.0, 1, episodes.PLATE_SPAWN_Z, ident, kind == "plate"),
             ):
+                models = self.pack.objects if group is self.objects else self.pack.plates
                 for i, actor in enumerate(group):
                     here = (chosen == i).to(self.device)[:, None]
-                    park = torch.tensor([PARK_X + row, 0.3 * i, PARK_Z]).repeat(b, 1)
+                    park = torch.tensor([PARK_X + row, 0.3 * i, _park_z(models[i])]).repeat(b, 1)
                     spawn = torch.cat([pair[:, xy_col].to(self.device), torch.full((b, 1), z)], 1)
                     pos, rot = torch.where(here, spawn, park), torch.where(here, q.to(self.device), ident)
                     if has_extra:  # the distractor stands on the grid cell farthest from both
@@ -198,6 +200,7 @@ class PutOnPlateInScene25Env(BaseEnv):
             self.agent.reset(qpos)
             self.agent.robot.set_pose(PANDA_BASE)
         self._settle(0.5)
+        self._sleep_parked()
         self._record_bboxes(idx)
         self.grasp_streak[idx] = 0
         self.ever_grasped[idx] = False
@@ -220,6 +223,17 @@ class PutOnPlateInScene25Env(BaseEnv):
         pair = self._pairs[self.sel["position_pair"][idx]]  # [b, 2, 2]
         dist = torch.cdist(self._grid[None].expand(len(idx), -1, -1), pair).min(dim=2).values  # [b, 36]
         self.distractor_xy[idx] = self._grid[dist.argmax(dim=1)]
+
+    def _sleep_parked(self) -> None:
+        """Put parked models to sleep (CPU PhysX: one body per actor) so they cost nothing."""
+        if self.gpu_sim_enabled:
+            return
+        for actor in self.objects + self.plates:
+            body = actor._bodies[0]
+            if float(actor.pose.p[0, 0]) > PARK_X - 0.5:
+                body.set_linear_velocity([0, 0, 0])
+                body.set_angular_velocity([0, 0, 0])
+                body.put_to_sleep()
 
     def _settle(self, seconds: float) -> None:
         if self.gpu_sim_enabled:
@@ -327,6 +341,11 @@ class PutOnPlateInScene25Env(BaseEnv):
             cam["rgb"] = composite(cam["rgb"], cam["segmentation"], self._overlays[sel], self._foreground_ids,
                                    self._textures[sel], self.variant.texture_mix, self.variant.image_mix)
         return data
+
+
+def _park_z(info) -> float:
+    """Height at which a model rests on the parking shelf (its origin is its bbox centre)."""
+    return SHELF_TOP_Z + float(info.bbox_size[2] * info.scales[0]) / 2 + 0.001
 
 
 def composite(rgb: torch.Tensor, segmentation: torch.Tensor, overlay: torch.Tensor,
