@@ -1,0 +1,102 @@
+"""``vla-train``: training stages of a VLA policy.
+
+    vla-train sft --demos demos/put_on_plate --preset tiny-openvla-oft --steps 500 \\
+        --batch-size 16 --lr 1e-4 --out runs/sft/tiny --seed 0
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
+
+
+def check_demo_folder(path: Path) -> str | None:
+    """A message saying why ``path`` is not a readable demo folder, or None."""
+    if not path.exists():
+        return f"demo folder {path} does not exist"
+    if not path.is_dir():
+        return f"demo folder {path} is not a directory"
+    if not (path / "index.json").is_file():
+        return f"demo folder {path} has no index.json (record demos with: vla-envs collect-demos)"
+    return None
+
+
+def cmd_sft(args: argparse.Namespace) -> int:
+    import os
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # presets are built locally; nothing to download
+    from vla_trainer.models import PRESETS, VLAModelError, VLAPolicy, build_model
+    from vla_trainer.sft import train_sft
+
+    problem = check_demo_folder(args.demos)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    if args.preset not in PRESETS:
+        print(f"error: unknown preset {args.preset!r}; available: {sorted(PRESETS)}", file=sys.stderr)
+        return 2
+    model, tokenizer = build_model(args.preset, seed=args.seed)
+    if tokenizer is None:
+        print(f"error: preset {args.preset!r} has no built-in tokenizer; only the tiny presets "
+              "can be trained from scratch here", file=sys.stderr)
+        return 2
+    policy = VLAPolicy(model, tokenizer, unnorm_key=args.unnorm_key)
+    try:
+        metrics = train_sft(policy, args.demos, steps=args.steps, batch_size=args.batch_size, lr=args.lr,
+                            seed=args.seed, out_dir=args.out, log_every=args.log_every)
+    except (FileNotFoundError, ValueError, KeyError, VLAModelError) as e:
+        print(f"error: {args.demos}: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(metrics, indent=1))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="vla-train", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("sft", help="supervised fine-tuning on recorded demos (warm start for RL)")
+    p.add_argument("--demos", type=Path, required=True, help="demo folder (index.json + episode_*.npz)")
+    p.add_argument("--preset", default="tiny-openvla-oft", help="model preset (default: %(default)s)")
+    p.add_argument("--steps", type=positive_int, default=500, help="optimizer steps (default: %(default)s)")
+    p.add_argument("--batch-size", type=positive_int, default=16,
+                   help="samples per step (default: %(default)s)")
+    p.add_argument("--lr", type=positive_float, default=1e-4,
+                   help="AdamW learning rate (default: %(default)s)")
+    p.add_argument("--out", type=Path, required=True, help="checkpoint folder to write")
+    p.add_argument("--seed", type=int, default=0, help="model init and minibatch seed (default: %(default)s)")
+    p.add_argument("--log-every", type=positive_int, default=10,
+                   help="log every N steps (default: %(default)s)")
+    p.add_argument("--unnorm-key", default=None, help="action statistics to use (default: the only one)")
+    p.set_defaults(func=cmd_sft)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

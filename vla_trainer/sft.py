@@ -1,0 +1,255 @@
+"""Supervised fine-tuning on scripted demonstrations: the warm start for RL.
+
+Read top to bottom:
+
+1. ``build_samples``: one sample per step ``t`` of every demo episode: the observation
+   (image, state, instruction) and the target action chunk ``actions[t : t + C]`` (``C`` = the
+   model's ``chunk_size``, 1 for OpenVLA), padded at the end of the episode by repeating the
+   last action.
+2. ``normalize_actions`` / ``target_token_ids``: env actions -> action token ids. The policy
+   decodes tokens to normalised actions in ``[-1, 1]`` and un-normalises them with the
+   checkpoint's q01/q99 statistics (``a_env = 0.5 (a + 1)(q99 - q01) + q01`` where ``mask``).
+   SFT targets apply the inverse, ``a = 2 (a_env - q01) / (q99 - q01) - 1`` where ``mask``
+   (identity elsewhere), clipped to ``[-1, 1]``, then the action tokenizer. With the tiny
+   presets' identity statistics (q01 = -1, q99 = 1) this is a no-op.
+3. ``train_sft``: AdamW on the mean negative log-likelihood of the target tokens under
+   ``policy.evaluate(..., temperature=1.0, top_k=None)``, gradient clipping, a tqdm bar with
+   the live loss, and a checkpoint written atomically (temp dir, then rename) to ``out_dir``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from vla_envs.demos import load_demos
+
+from .models import PolicyInputs, VLAPolicy, save_lora
+
+
+@dataclass
+class SFTSamples:
+    """Training samples of a demo folder.
+
+    Shapes:
+        image: uint8 ``[M, H, W, 3]`` (at the model's image size after ``resize_images``).
+        state: float32 ``[M, S]`` (not read by OpenVLA / OpenVLA-OFT; kept for other policies).
+        instruction: ``M`` strings.
+        action_chunk: float32 ``[M, C, 7]`` env actions ``actions[t : t + C]``, end-padded.
+    """
+
+    image: np.ndarray
+    state: np.ndarray
+    instruction: list[str]
+    action_chunk: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.instruction)
+
+    def obs(self, idx: np.ndarray) -> dict:
+        """The observation dict (as vla_envs returns it) of samples ``idx``."""
+        return {
+            "image": self.image[idx],
+            "state": self.state[idx],
+            "instruction": tuple(self.instruction[i] for i in idx),
+        }
+
+
+def action_chunks(actions: np.ndarray, chunk_size: int) -> np.ndarray:
+    """``[T, A]`` -> ``[T, C, A]`` with row ``t`` = ``actions[t : t + C]``, the last action repeated."""
+    T = len(actions)
+    idx = np.minimum(np.arange(T)[:, None] + np.arange(chunk_size)[None, :], T - 1)
+    return actions[idx].astype(np.float32)
+
+
+def build_samples(demo_dir: str | Path, chunk_size: int) -> SFTSamples:
+    """One sample per step of every episode in ``demo_dir`` (see ``vla_envs.demos``).
+
+    Raises:
+        FileNotFoundError / ValueError: not a demo folder, or it holds no steps.
+    """
+    _, episodes = load_demos(demo_dir)
+    episodes = [e for e in episodes if len(e["action"]) > 0]
+    if not episodes:
+        raise ValueError(f"{demo_dir}: the demo folder holds no episodes with steps")
+    return SFTSamples(
+        image=np.concatenate([e["image"] for e in episodes]),
+        state=np.concatenate([e["state"] for e in episodes]).astype(np.float32),
+        instruction=[str(e["instruction"]) for e in episodes for _ in range(len(e["action"]))],
+        action_chunk=np.concatenate([action_chunks(e["action"], chunk_size) for e in episodes]),
+    )
+
+
+def resize_images(images: np.ndarray, size: int, batch: int = 256) -> np.ndarray:
+    """uint8 ``[M, H, W, 3]`` -> uint8 ``[M, size, size, 3]`` (bilinear, antialiased); as is if already."""
+    if images.shape[1:3] == (size, size):
+        return images
+    out = []
+    for i in range(0, len(images), batch):
+        x = torch.from_numpy(images[i : i + batch]).permute(0, 3, 1, 2).float()
+        x = F.interpolate(x, size=(size, size), mode="bilinear", antialias=True, align_corners=False)
+        out.append(x.round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1).numpy())
+    return np.concatenate(out)
+
+
+def normalize_actions(
+    actions: torch.Tensor, q01: torch.Tensor, q99: torch.Tensor, mask: torch.Tensor
+) -> torch.Tensor:
+    """The inverse of ``unnormalize_actions``: env actions -> the tokenizer's ``[-1, 1]`` space.
+
+    ``2 (a - q01) / (q99 - q01) - 1`` where ``mask`` (0 where ``q99 == q01``), unchanged elsewhere;
+    clipped to ``[-1, 1]``. Shapes: actions ``[..., A]``; q01, q99, mask ``[A]``.
+    """
+    span = q99 - q01
+    scaled = torch.where(span != 0, 2.0 * (actions - q01) / torch.where(span != 0, span, 1.0) - 1.0, 0.0)
+    return torch.where(mask, scaled, actions).clamp(-1.0, 1.0)
+
+
+def target_token_ids(policy: VLAPolicy, action_chunk: np.ndarray) -> torch.Tensor:
+    """Env action chunks float ``[M, C, 7]`` -> action token ids int64 ``[M, C, 7]``."""
+    actions = torch.as_tensor(action_chunk, dtype=torch.float32)
+    normalized = normalize_actions(actions, policy.q01, policy.q99, policy.mask)
+    return policy.core.action_tokenizer.encode(normalized)
+
+
+def nll_loss(policy: VLAPolicy, inputs: PolicyInputs, tokens: torch.Tensor) -> torch.Tensor:
+    """Mean negative log-likelihood per target token (differentiable)."""
+    ev = policy.evaluate(inputs, tokens, temperature=1.0, top_k=None)
+    return -ev.log_probs.mean()
+
+
+@torch.no_grad()
+def evaluate_samples(policy: VLAPolicy, samples: SFTSamples, tokens: torch.Tensor, batch_size: int) -> dict:
+    """Mean NLL and greedy token accuracy over all samples (eval mode)."""
+    was_training = policy.model.training
+    policy.model.eval()
+    nll_sum, correct, count = 0.0, 0, 0
+    for start in range(0, len(samples), batch_size):
+        idx = np.arange(start, min(start + batch_size, len(samples)))
+        inputs = policy.prepare(samples.obs(idx))
+        target = tokens[idx].to(policy.device)
+        ev = policy.evaluate(inputs, target, temperature=1.0, top_k=None)
+        greedy = policy.act(inputs, greedy=True).action_token_ids
+        nll_sum += float(-ev.log_probs.sum())
+        correct += int((greedy == target).sum())
+        count += target.numel()
+    policy.model.train(was_training)
+    return {"loss": nll_sum / count, "token_accuracy": correct / count}
+
+
+def save_checkpoint(policy: VLAPolicy, out_dir: str | Path, metrics: dict | None = None) -> Path:
+    """Saves the model (LoRA adapters if it is a peft model), tokenizer and ``metrics``
+    (``sft_metrics.json``) to ``out_dir``.
+
+    Written to a temporary sibling folder and renamed into place, so ``out_dir`` is either the
+    previous checkpoint or the complete new one, never half-written.
+    """
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir.parent / f".{out_dir.name}.tmp-{time.time_ns()}"
+    try:
+        if hasattr(policy.model, "get_base_model"):
+            save_lora(policy.model, tmp)
+        else:
+            policy.model.save_pretrained(tmp)
+        policy.tokenizer.save_pretrained(tmp)
+        if metrics is not None:
+            (tmp / "sft_metrics.json").write_text(json.dumps(metrics, indent=1))
+        old = None
+        if out_dir.exists():
+            old = out_dir.parent / f".{out_dir.name}.old-{time.time_ns()}"
+            out_dir.rename(old)
+        tmp.rename(out_dir)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return out_dir
+
+
+def train_sft(
+    policy: VLAPolicy,
+    demo_dir: str | Path,
+    *,
+    steps: int,
+    batch_size: int,
+    lr: float,
+    seed: int = 0,
+    out_dir: str | Path | None = None,
+    log_every: int = 10,
+    max_grad_norm: float = 1.0,
+    weight_decay: float = 0.0,
+    progress: bool = True,
+) -> dict:
+    """Behaviour cloning of the demos in ``demo_dir``: minimises the target tokens' mean NLL.
+
+    Deterministic given ``seed`` (minibatches are drawn from shuffled epochs of a seeded
+    generator). Saves a checkpoint to ``out_dir`` at the end (None: no checkpoint).
+
+    Returns:
+        ``{"initial_loss", "final_loss", "initial_token_accuracy", "final_token_accuracy",
+        "num_samples", "steps", "checkpoint"}``; losses and accuracies are over the whole
+        training set, in eval mode, before and after training.
+    """
+    if steps < 1 or batch_size < 1 or lr <= 0:
+        raise ValueError(f"steps, batch_size and lr must be positive; got {steps}, {batch_size}, {lr}")
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+
+    # data: samples at the model's image size, targets as action token ids
+    samples = build_samples(demo_dir, policy.chunk_size)
+    samples.image = resize_images(samples.image, policy.config.image_size)
+    tokens = target_token_ids(policy, samples.action_chunk)
+
+    before = evaluate_samples(policy, samples, tokens, batch_size)
+
+    params = [p for p in policy.model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+    policy.model.train()
+    order, pos = rng.permutation(len(samples)), 0
+    history = []
+    bar = tqdm(range(1, steps + 1), desc="sft", disable=not progress, dynamic_ncols=True)
+    for step in bar:
+        # next minibatch of a shuffled epoch (reshuffle when it runs out)
+        if pos + batch_size > len(order):
+            order, pos = rng.permutation(len(samples)), 0
+        idx = order[pos : pos + batch_size]
+        pos += len(idx)
+
+        inputs = policy.prepare(samples.obs(idx))
+        loss = nll_loss(policy, inputs, tokens[idx].to(policy.device))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm).item()
+        optimizer.step()
+
+        history.append(loss.item())
+        bar.set_postfix(loss=f"{history[-1]:.4f}")
+        if log_every and step % log_every == 0:
+            bar.write(f"step {step}/{steps}  loss {np.mean(history[-log_every:]):.4f}  "
+                      f"grad_norm {grad_norm:.3f}")
+    policy.model.eval()
+
+    after = evaluate_samples(policy, samples, tokens, batch_size)
+    metrics = {
+        "initial_loss": before["loss"],
+        "final_loss": after["loss"],
+        "initial_token_accuracy": before["token_accuracy"],
+        "final_token_accuracy": after["token_accuracy"],
+        "num_samples": len(samples),
+        "steps": steps,
+        "checkpoint": None,
+    }
+    if out_dir is not None:
+        metrics["checkpoint"] = str(out_dir)
+        save_checkpoint(policy, out_dir, metrics)
+    return metrics
