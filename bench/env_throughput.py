@@ -127,9 +127,9 @@ def main() -> None:
                 ("pool-2", pool2, f"{pool2 / pool1:.2f} x pool-1")]
         print(f"{size:>5} contract overhead: {100 * overhead:.2f}% of step time spent outside ManiSkill's step")
         results["rows"].append({"size": size, "config": "contract-overhead-fraction", "value": overhead})
-        for name, sps, ratio in rows:
-            print(f"{size:>5} {name:>9} {sps:>12.1f} {ratio:>22}", flush=True)
-            results["rows"].append({"size": size, "config": name, "env_steps_per_s": sps})
+        for name, rate, ratio in rows:
+            print(f"{size:>5} {name:>9} {rate:>12.1f} {ratio:>22}", flush=True)
+            results["rows"].append({"size": size, "config": name, "env_steps_per_s": rate})
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)

@@ -220,9 +220,13 @@ class PutOnPlateInScene25Env(BaseEnv):
                 offset == self.sel["object"][idx] - objs.start, (offset + 1) % len(objs), offset)
         else:
             self.sel["distractor"][idx] = (self.sel["plate"][idx] + 1) % len(self.plates)
+        self.distractor_xy[idx] = self._far_cell_xy(idx)
+
+    def _far_cell_xy(self, idx: torch.Tensor) -> torch.Tensor:
+        """Per env in ``idx``, the grid cell farthest from both its object's and plate's start, [b, 2]."""
         pair = self._pairs[self.sel["position_pair"][idx]]  # [b, 2, 2]
         dist = torch.cdist(self._grid[None].expand(len(idx), -1, -1), pair).min(dim=2).values  # [b, 36]
-        self.distractor_xy[idx] = self._grid[dist.argmax(dim=1)]
+        return self._grid[dist.argmax(dim=1)]
 
     def _sleep_parked(self) -> None:
         """Put parked models to sleep (CPU PhysX: one body per actor) so they cost nothing."""
@@ -307,18 +311,13 @@ class PutOnPlateInScene25Env(BaseEnv):
         move = (self.elapsed_steps.cpu() == k) & ~grasped
         if not move.any():
             return
-        self._choose_far_cells()
+        far = self._far_cell_xy(torch.arange(self.num_envs))
         for i, obj in enumerate(self.objects):
             sel = move & (self.sel["object"] == i)
             if sel.any():
                 p = obj.pose.p.clone()
-                p[sel.to(p.device), :2] = self.distractor_xy[sel].to(p.device)
+                p[sel.to(p.device), :2] = far[sel].to(p.device)
                 obj.set_pose(Pose.create_from_pq(p=p, q=obj.pose.q))
-
-    def _choose_far_cells(self) -> None:
-        pair = self._pairs[self.sel["position_pair"]]
-        dist = torch.cdist(self._grid[None].expand(self.num_envs, -1, -1), pair).min(dim=2).values
-        self.distractor_xy[:] = self._grid[dist.argmax(dim=1)]
 
     def compute_dense_reward(self, obs: Any, action: torch.Tensor, info: dict) -> torch.Tensor:
         score = rewards.staged_score(self.ever_grasped, self.ever_consecutive, info["success"].cpu())
