@@ -68,6 +68,17 @@ def _state(obj_xyz, force=1.0):
             torch.tensor([force]))
 
 
+
+def test_no_initial_state_starts_solved():
+    """Every object-plate pair is farther apart than any procedural plate's success radius."""
+    from vla_envs.tasks.put_on_plate.procedural import PLATES
+
+    pairs = episodes.position_pairs()
+    closest = np.linalg.norm(pairs[:, 0] - pairs[:, 1], axis=1).min()
+    largest = max(radius for _, radius, _ in PLATES) + rewards.XY_MARGIN_M
+    assert closest > largest
+
+
 @pytest.mark.parametrize("obj_xyz, force, expected", [
     ((0.02, 0.01, 0.905), 0.5, True),     # resting on the plate
     ((0.02, 0.01, 0.905), 0.0, False),    # same place, no contact: held just above it

@@ -20,8 +20,6 @@ Read top to bottom:
 from __future__ import annotations
 
 import json
-import shutil
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,7 +30,8 @@ from tqdm import tqdm
 
 from vla_envs.demos import load_demos
 
-from .models import PolicyInputs, VLAPolicy, save_lora
+from .checkpoint import save_model, write_atomic_dir
+from .models import PolicyInputs, VLAPolicy
 
 
 @dataclass
@@ -147,33 +146,14 @@ def evaluate_samples(policy: VLAPolicy, samples: SFTSamples, tokens: torch.Tenso
 
 def save_checkpoint(policy: VLAPolicy, out_dir: str | Path, metrics: dict | None = None) -> Path:
     """Saves the model (LoRA adapters if it is a peft model), tokenizer and ``metrics``
-    (``sft_metrics.json``) to ``out_dir``.
+    (``sft_metrics.json``) to ``out_dir``, atomically (``write_atomic_dir``)."""
 
-    Written to a temporary sibling folder and renamed into place, so ``out_dir`` is either the
-    previous checkpoint or the complete new one, never half-written.
-    """
-    out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir.parent / f".{out_dir.name}.tmp-{time.time_ns()}"
-    try:
-        if hasattr(policy.model, "get_base_model"):
-            save_lora(policy.model, tmp)
-        else:
-            policy.model.save_pretrained(tmp)
-        policy.tokenizer.save_pretrained(tmp)
+    def fill(tmp: Path) -> None:
+        save_model(policy, tmp)
         if metrics is not None:
             (tmp / "sft_metrics.json").write_text(json.dumps(metrics, indent=1))
-        old = None
-        if out_dir.exists():
-            old = out_dir.parent / f".{out_dir.name}.old-{time.time_ns()}"
-            out_dir.rename(old)
-        tmp.rename(out_dir)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return out_dir
+
+    return write_atomic_dir(out_dir, fill)
 
 
 def train_sft(

@@ -1,0 +1,89 @@
+"""From a rollout to per-sample training targets: advantages, value targets, masks, weights.
+
+``compute_targets`` applies the algorithm's choices to a ``Rollout``:
+
+    GAE (PPO)   rewards / flags reduced to ``reward_type``; GAE across auto-reset boundaries,
+                bootstrapping with V(final observation) on truncation only; mask = transitions
+                of a running episode; advantages optionally normalised over that mask.
+    GRPO        trajectory score = sum of rewards until each env's first done; group-relative
+                advantage broadcast to every step up to that done (the valid-action mask);
+                optional success-rate filter over groups and 1/T_i length-normalisation weights.
+
+Shapes: ``[T, N]`` for chunk-level rewards, ``[T, N, C]`` for action-level (the "reward
+granularity" ``R``); ``values`` are the critic's ``[T, N, V]``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .algorithms import (
+    align_values,
+    compute_action_level_gae,
+    compute_gae,
+    first_done_mask,
+    group_advantages,
+    length_normalization_weights,
+    reduce_flags,
+    reduce_rewards,
+    success_rate_filter,
+    trajectory_scores,
+)
+from .config.schema import AlgorithmConfig
+from .rollout import Rollout
+
+
+@dataclass
+class Targets:
+    """Training targets at the reward granularity ``R`` (``[T, N]`` or ``[T, N, C]``)."""
+
+    advantages: torch.Tensor
+    returns: torch.Tensor | None
+    old_values: torch.Tensor | None
+    mask: torch.Tensor
+    """bool: samples that count in the loss."""
+    weights: torch.Tensor | None
+    """per-sample loss weights (GRPO length normalisation), or None."""
+    stats: dict
+
+
+def compute_targets(rollout: Rollout, alg: AlgorithmConfig, group_size: int = 1) -> Targets:
+    r = reduce_rewards(rollout.rewards, alg.reward_type, rollout.valid)
+    term = reduce_flags(rollout.terminated, alg.reward_type, rollout.valid)
+    trunc = reduce_flags(rollout.truncated, alg.reward_type, rollout.valid)
+    valid = reduce_flags(rollout.valid, alg.reward_type)
+    C = rollout.rewards.shape[-1]
+    stats: dict = {}
+
+    if alg.adv_type == "gae":
+        values = align_values(rollout.values, alg.reward_type, C)
+        if alg.reward_type == "chunk_level":
+            out = compute_gae(r, values, term, trunc, rollout.final_values, rollout.next_values,
+                              gamma=alg.gamma, lam=alg.gae_lambda, valid=valid)
+        else:
+            final = rollout.final_values[..., None].expand_as(values)
+            out = compute_action_level_gae(r, values, term, trunc, final, rollout.next_values,
+                                           gamma=alg.gamma, lam=alg.gae_lambda, valid=valid)
+        adv = out.advantages
+        if alg.normalize_advantages and valid.any():
+            mean, std = adv[valid].mean(), adv[valid].std(unbiased=False)
+            adv = torch.where(valid, (adv - mean) / (std + 1e-8), torch.zeros_like(adv))
+        return Targets(adv, out.returns, values, valid, None, stats)
+
+    # GRPO: one trajectory per env, scored up to its first done
+    done = term | trunc
+    mask = first_done_mask(done) & valid
+    scores = trajectory_scores(torch.where(mask, r, torch.zeros_like(r)), done & mask)
+    adv_traj = group_advantages(scores, group_size)
+    stats["grpo/score_mean"] = float(scores.mean())
+    if alg.success_rate_filter:
+        keep = success_rate_filter(scores, group_size, alg.filter_low, alg.filter_high)
+        keep_env = keep.repeat_interleave(group_size)
+        mask = mask & keep_env.view(1, -1, *([1] * (mask.dim() - 2)))
+        stats["grpo/groups_kept"] = float(keep.float().mean())
+    shape = (1, -1) + (1,) * (mask.dim() - 2)
+    adv = torch.where(mask, adv_traj.view(shape).expand_as(mask).to(torch.float32), torch.zeros(mask.shape))
+    weights = length_normalization_weights(mask) if alg.length_normalization else None
+    return Targets(adv, None, None, mask, weights, stats)

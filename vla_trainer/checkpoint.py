@@ -1,0 +1,125 @@
+"""Atomic checkpoint folders and the trainer's resumable state.
+
+A checkpoint folder ``iter_000010/`` holds
+
+    model/              the policy, loadable on its own (``load_policy``; LoRA adapters if is_lora)
+    trainer_state.pt    optimizer state, RNG states, iteration, metric history
+    config.yaml         the full recipe in force
+    meta.json           iteration, env steps, asset pack, config fingerprint, wall time
+
+It is written into a hidden temporary sibling and renamed into place, and ``latest`` (a one-line
+file naming the newest folder) is replaced atomically afterwards: a crash at any moment leaves
+the previous good checkpoint and pointer untouched.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+
+def write_atomic_dir(out_dir: str | Path, fill: Callable[[Path], None]) -> Path:
+    """Calls ``fill(tmp)`` on a fresh temporary folder, then renames it to ``out_dir``.
+
+    ``out_dir`` is either its previous content or the complete new one, never half-written.
+    """
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir.parent / f".{out_dir.name}.tmp-{time.time_ns()}"
+    tmp.mkdir()
+    try:
+        fill(tmp)
+        old = None
+        if out_dir.exists():
+            old = out_dir.parent / f".{out_dir.name}.old-{time.time_ns()}"
+            out_dir.rename(old)
+        tmp.rename(out_dir)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return out_dir
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{time.time_ns()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def save_model(policy, directory: Path) -> None:
+    """The policy's weights (adapters for a peft model) and tokenizer into ``directory``."""
+    from .models import save_lora
+
+    if hasattr(policy.model, "get_base_model"):
+        save_lora(policy.model, directory)
+    else:
+        policy.model.save_pretrained(directory)
+    policy.tokenizer.save_pretrained(directory)
+
+
+# Keys that may change between a run and its resumption: how long / how often, where to log.
+RESUMABLE_CHANGES = ("runner.max_epochs", "runner.max_wall_minutes", "runner.val_check_interval",
+                     "runner.save_interval", "runner.resume_dir", "runner.progress_bar", "runner.logger")
+
+
+def fingerprint(cfg_dict: dict) -> dict:
+    """The config without the keys a resumption may change, flattened to ``{dotted.key: value}``."""
+    flat: dict = {}
+
+    def walk(prefix: str, node) -> None:
+        if isinstance(node, dict) and not prefix.endswith("env_kwargs"):
+            for k, v in node.items():
+                walk(f"{prefix}.{k}" if prefix else k, v)
+        elif not any(prefix == k or prefix.startswith(k + ".") for k in RESUMABLE_CHANGES):
+            flat[prefix] = node
+
+    walk("", cfg_dict)
+    return flat
+
+
+def fingerprint_hash(flat: dict) -> str:
+    return hashlib.sha256(json.dumps(flat, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def latest_checkpoint(run_dir: str | Path) -> Path | None:
+    pointer = Path(run_dir) / "checkpoints" / "latest"
+    if not pointer.is_file():
+        return None
+    path = pointer.parent / pointer.read_text().strip()
+    return path if path.is_dir() else None
+
+
+def resolve_resume(resume_dir: str, run_dir: Path) -> Path:
+    """The checkpoint folder ``runner.resume_dir`` names ("auto": the run's latest)."""
+    if resume_dir == "auto":
+        found = latest_checkpoint(run_dir)
+        if found is None:
+            raise FileNotFoundError(f"runner.resume_dir=auto: no checkpoint under {run_dir}/checkpoints")
+        return found
+    path = Path(resume_dir)
+    if path.is_dir() and not (path / "trainer_state.pt").is_file():
+        found = latest_checkpoint(path)  # a run folder: take its latest
+        if found is not None:
+            return found
+    if not (path / "trainer_state.pt").is_file():
+        raise FileNotFoundError(f"runner.resume_dir={resume_dir}: not a checkpoint folder (no trainer_state.pt) "
+                                "and not a run folder with checkpoints/latest")
+    return path
+
+
+def check_resumable(saved_flat: dict, current_flat: dict, where: Path) -> None:
+    """Raises ValueError listing the keys whose values differ from the checkpoint's config."""
+    keys = sorted(set(saved_flat) | set(current_flat))
+    diff = [f"{k}: checkpoint {saved_flat.get(k, '<absent>')!r} vs now {current_flat.get(k, '<absent>')!r}"
+            for k in keys if saved_flat.get(k) != current_flat.get(k)]
+    if diff:
+        raise ValueError(f"cannot resume from {where}: it was written by another config; differing keys:\n  "
+                         + "\n  ".join(diff) + "\n(only " + ", ".join(RESUMABLE_CHANGES) + " may change)")

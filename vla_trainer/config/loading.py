@@ -1,0 +1,266 @@
+"""Recipes: YAML over the typed defaults, ``key=value`` overrides, then the rules.
+
+    cfg = load_config("maniskill_ppo_openvlaoft", ["actor.optim.lr=3e-5", "env.train.total_num_envs=8"])
+    cfg.algorithm.clip_ratio_high  # 0.2, a typed dataclass field
+
+A recipe is a shipped name (``recipe_names()``) or a path to a YAML file. A recipe may start with
+``defaults: [other_recipe]`` to inherit another recipe and change a few keys.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict
+from pathlib import Path
+
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from .schema import TrainConfig
+
+RECIPE_DIR = Path(__file__).resolve().parent.parent / "recipes"
+
+CHOICES = {
+    "algorithm.adv_type": ("gae", "grpo"),
+    "algorithm.loss_type": ("actor_critic", "actor"),
+    "actor.model.model_name": ("openvla", "openvla_oft"),
+    "actor.model.precision": ("fp32",),
+    "env.train.vectorization": ("pool", "serial"),
+    "env.eval.vectorization": ("pool", "serial"),
+}
+LOGGER_BACKENDS = ("tensorboard", "wandb")
+
+
+class ConfigError(ValueError):
+    """A recipe or override is invalid; the message names the key and what is allowed."""
+
+
+def recipe_names() -> list[str]:
+    return sorted(p.stem for p in RECIPE_DIR.glob("*.yaml"))
+
+
+def recipe_path(recipe: str | Path) -> Path:
+    """The YAML file of a shipped recipe name or a path."""
+    path = Path(recipe)
+    if path.suffix in (".yaml", ".yml"):
+        if not path.is_file():
+            raise ConfigError(f"recipe file {path} does not exist")
+        return path
+    shipped = RECIPE_DIR / f"{recipe}.yaml"
+    if not shipped.is_file():
+        raise ConfigError(f"unknown recipe {str(recipe)!r}; shipped recipes: {', '.join(recipe_names())} "
+                          "(or pass a path to a .yaml file)")
+    return shipped
+
+
+def _explain(e: OmegaConfBaseException, where: str) -> ConfigError:
+    key = getattr(e, "full_key", None)
+    msg = str(e).splitlines()[0]
+    return ConfigError(f"{where}: {key + ': ' if key else ''}{msg}")
+
+
+def _read_yaml(path: Path, seen: tuple[Path, ...] = ()):
+    """The recipe's keys with its ``defaults`` chain merged in (parents first)."""
+    if path in seen:
+        raise ConfigError(f"recipe {path}: 'defaults' chain loops through {path.name}")
+    try:
+        node = OmegaConf.load(path)
+    except Exception as e:  # yaml.YAMLError and friends
+        raise ConfigError(f"recipe {path} is not valid YAML: {e}") from None
+    if not OmegaConf.is_dict(node):
+        raise ConfigError(f"recipe {path} must be a mapping of keys, got {type(node).__name__}")
+    parents = node.pop("defaults", [])
+    if isinstance(parents, str):
+        parents = [parents]
+    merged = OmegaConf.create({})
+    for parent in parents:
+        merged = OmegaConf.merge(merged, _read_yaml(recipe_path(str(parent)), (*seen, path)))
+    return OmegaConf.merge(merged, node)
+
+
+def load_config(recipe: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:
+    """Defaults <- recipe <- overrides, type-checked, then ``validate``d.
+
+    Raises:
+        ConfigError: an unknown key, a value of the wrong type, an override not of the form
+            ``key=value``, or a rule of ``validate`` broken; the message names the key.
+    """
+    base = OmegaConf.structured(TrainConfig)
+    where = "defaults"
+    try:
+        if recipe is not None:
+            where = f"recipe {recipe}"
+            base = OmegaConf.merge(base, _read_yaml(recipe_path(recipe)))
+        for item in overrides:
+            where = f"override {item!r}"
+            if "=" not in item or not item.split("=", 1)[0].strip():
+                raise ConfigError(f"{where}: expected key=value, e.g. actor.optim.lr=3e-5")
+            base = OmegaConf.merge(base, OmegaConf.from_dotlist([item]))
+        cfg: TrainConfig = OmegaConf.to_object(base)
+    except OmegaConfBaseException as e:
+        raise _explain(e, where) from None
+    validate(cfg)
+    return cfg
+
+
+def to_yaml(cfg: TrainConfig) -> str:
+    return OmegaConf.to_yaml(OmegaConf.structured(cfg))
+
+
+def to_dict(cfg: TrainConfig) -> dict:
+    return asdict(cfg)
+
+
+def parse_devices(spec: str, key: str) -> tuple[int, ...] | str:
+    """``"all"`` or a device set like ``"0-3"`` / ``"0,2,5-6"`` -> sorted ids (``"all"`` kept)."""
+    spec = str(spec).strip()
+    if spec == "all":
+        return "all"
+    ids: set[int] = set()
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        if not m:
+            raise ConfigError(f"{key}={spec!r}: expected 'all' or device ids like '0-3' or '0,2,5-6'")
+        lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
+        if hi < lo:
+            raise ConfigError(f"{key}={spec!r}: range {part!r} is empty (start > end)")
+        ids.update(range(lo, hi + 1))
+    if not ids:
+        raise ConfigError(f"{key}={spec!r}: a component needs at least one device")
+    return tuple(sorted(ids))
+
+
+def placement_mode(cfg: TrainConfig) -> str:
+    """colocated (all components on the same devices), disaggregated (pairwise disjoint) or
+    hybrid (env and rollout disjoint, actor spanning both)."""
+    p = cfg.cluster.component_placement
+    env, rollout, actor = (parse_devices(getattr(p, k), f"cluster.component_placement.{k}")
+                           for k in ("env", "rollout", "actor"))
+    if env == rollout == actor:
+        return "colocated"
+    if "all" in (env, rollout, actor):
+        raise ConfigError("cluster.component_placement: mix 'all' with explicit device ids only when "
+                          f"all three are 'all'; got env={p.env!r} rollout={p.rollout!r} actor={p.actor!r}")
+    e, r, a = set(env), set(rollout), set(actor)
+    if not (e & r) and not (e & a) and not (r & a):
+        return "disaggregated"
+    if not (e & r) and e | r <= a:
+        return "hybrid"
+    raise ConfigError(
+        "cluster.component_placement: allowed layouts are colocated (env = rollout = actor), "
+        "disaggregated (pairwise disjoint) and hybrid (env and rollout disjoint, actor covering both); "
+        f"got env={p.env!r} rollout={p.rollout!r} actor={p.actor!r}")
+
+
+def _check(ok: bool, key: str, message: str) -> None:
+    if not ok:
+        raise ConfigError(f"{key}: {message}")
+
+
+def validate(cfg: TrainConfig) -> None:
+    """The rules a typed schema cannot express. Raises ConfigError naming the key."""
+    from vla_trainer.algorithms import validate_granularity
+
+    values = {
+        "algorithm.adv_type": cfg.algorithm.adv_type,
+        "algorithm.loss_type": cfg.algorithm.loss_type,
+        "actor.model.model_name": cfg.actor.model.model_name,
+        "actor.model.precision": cfg.actor.model.precision,
+        "env.train.vectorization": cfg.env.train.vectorization,
+        "env.eval.vectorization": cfg.env.eval.vectorization,
+    }
+    for key, value in values.items():
+        _check(value in CHOICES[key], key, f"{value!r} is not one of {', '.join(map(repr, CHOICES[key]))}")
+    for b in cfg.runner.logger.logger_backends:
+        _check(b in LOGGER_BACKENDS, "runner.logger.logger_backends",
+               f"{b!r} is not one of {', '.join(map(repr, LOGGER_BACKENDS))}")
+
+    alg = cfg.algorithm
+    try:
+        validate_granularity(alg.reward_type, alg.logprob_type, alg.value_type)
+    except ValueError as e:
+        raise ConfigError(f"algorithm.reward_type / logprob_type / value_type: {e}") from None
+    if alg.adv_type == "gae":
+        _check(alg.loss_type == "actor_critic", "algorithm.loss_type",
+               "adv_type 'gae' needs a critic: use loss_type 'actor_critic'")
+        _check(cfg.actor.model.add_value_head, "actor.model.add_value_head",
+               "adv_type 'gae' needs the value head: set it to true")
+    else:
+        _check(alg.loss_type == "actor", "algorithm.loss_type", "adv_type 'grpo' has no critic: use loss_type 'actor'")
+        _check(alg.group_size >= 2, "algorithm.group_size", f"GRPO compares trajectories within a group; "
+               f"needs >= 2, got {alg.group_size}")
+    for key, value in (("algorithm.gamma", alg.gamma), ("algorithm.gae_lambda", alg.gae_lambda)):
+        _check(0.0 <= value <= 1.0, key, f"must lie in [0, 1], got {value}")
+    _check(0.0 <= alg.clip_ratio_low < 1.0, "algorithm.clip_ratio_low", f"must lie in [0, 1), got {alg.clip_ratio_low}")
+    _check(alg.clip_ratio_high >= 0.0, "algorithm.clip_ratio_high", f"must be >= 0, got {alg.clip_ratio_high}")
+    _check(alg.value_clip is None or alg.value_clip >= 0, "algorithm.value_clip", f"must be >= 0 or null, got {alg.value_clip}")
+    _check(alg.huber_delta is None or alg.huber_delta > 0, "algorithm.huber_delta",
+           f"must be > 0 or null, got {alg.huber_delta}")
+    for key in ("entropy_bonus", "kl_beta", "value_loss_coef"):
+        _check(getattr(alg, key) >= 0, f"algorithm.{key}", f"must be >= 0, got {getattr(alg, key)}")
+    _check(alg.update_epoch >= 1, "algorithm.update_epoch", f"must be >= 1, got {alg.update_epoch}")
+    _check(alg.filter_low <= alg.filter_high, "algorithm.filter_low",
+           f"must be <= algorithm.filter_high ({alg.filter_low} > {alg.filter_high})")
+    sp = alg.sampling_params
+    for key in ("temperature_train", "temperature_eval"):
+        _check(getattr(sp, key) > 0, f"algorithm.sampling_params.{key}", f"must be > 0, got {getattr(sp, key)}")
+    _check(sp.top_k >= 0, "algorithm.sampling_params.top_k", f"must be >= 0 (0: off), got {sp.top_k}")
+
+    train, ev = cfg.env.train, cfg.env.eval
+    for split, env in (("train", train), ("eval", ev)):
+        _check(env.total_num_envs >= 1, f"env.{split}.total_num_envs", f"must be >= 1, got {env.total_num_envs}")
+        _check(env.max_episode_steps is None or env.max_episode_steps >= 1, f"env.{split}.max_episode_steps",
+               f"must be >= 1 or null, got {env.max_episode_steps}")
+    _check(ev.num_episodes >= 1 and ev.num_episodes % ev.total_num_envs == 0, "env.eval.num_episodes",
+           f"must be a positive multiple of env.eval.total_num_envs ({ev.total_num_envs}), got {ev.num_episodes}")
+    _check(train.total_num_envs % alg.group_size == 0, "algorithm.group_size",
+           f"{alg.group_size} does not divide env.train.total_num_envs ({train.total_num_envs})")
+    if alg.adv_type == "grpo":
+        _check(train.use_fixed_reset_state_ids, "env.train.use_fixed_reset_state_ids",
+               "GRPO groups must share initial states: set it to true")
+    k = cfg.rollout.pipeline_stage_num
+    _check(k >= 1 and train.total_num_envs % k == 0, "rollout.pipeline_stage_num",
+           f"must be >= 1 and divide env.train.total_num_envs ({train.total_num_envs}), got {k}")
+    _check(cfg.rollout.steps_per_rollout >= 1, "rollout.steps_per_rollout",
+           f"must be >= 1, got {cfg.rollout.steps_per_rollout}")
+
+    actor = cfg.actor
+    _check(actor.micro_batch_size >= 1, "actor.micro_batch_size", f"must be >= 1, got {actor.micro_batch_size}")
+    _check(actor.global_batch_size >= actor.micro_batch_size and actor.global_batch_size % actor.micro_batch_size == 0,
+           "actor.global_batch_size", f"must be a multiple of actor.micro_batch_size ({actor.micro_batch_size}), "
+           f"got {actor.global_batch_size}")
+    m = actor.model
+    _check(m.model_path is not None or m.preset is not None, "actor.model.preset",
+           "set actor.model.preset or actor.model.model_path")
+    if m.model_path is None:
+        from vla_trainer.models import PRESETS
+
+        _check(m.preset in PRESETS, "actor.model.preset", f"{m.preset!r} is not one of {sorted(PRESETS)}")
+        _check(m.preset.replace("-", "_").endswith(m.model_name.replace("-", "_"))
+               or (m.model_name == "openvla_oft") == ("oft" in m.preset), "actor.model.model_name",
+               f"{m.model_name!r} does not match preset {m.preset!r}")
+    _check(m.lora_rank >= 1, "actor.model.lora_rank", f"must be >= 1, got {m.lora_rank}")
+    o = actor.optim
+    for key in ("lr", "value_lr", "adam_eps", "clip_grad"):
+        _check(getattr(o, key) > 0, f"actor.optim.{key}", f"must be > 0, got {getattr(o, key)}")
+    _check(o.critic_warmup_steps >= 0, "actor.optim.critic_warmup_steps", f"must be >= 0, got {o.critic_warmup_steps}")
+    r = cfg.runner
+    _check(r.max_epochs >= 1, "runner.max_epochs", f"must be >= 1, got {r.max_epochs}")
+    _check(r.val_check_interval == -1 or r.val_check_interval >= 1, "runner.val_check_interval",
+           f"must be >= 1 or -1 (never), got {r.val_check_interval}")
+    _check(r.save_interval == -1 or r.save_interval >= 1, "runner.save_interval",
+           f"must be >= 1 or -1 (only at the end), got {r.save_interval}")
+    placement_mode(cfg)
+
+
+def check_batch_sizes(cfg: TrainConfig, chunk_size: int) -> int:
+    """Rules that need the model's chunk size. Returns the samples (chunks) per rollout."""
+    steps = cfg.rollout.steps_per_rollout
+    _check(steps % chunk_size == 0, "rollout.steps_per_rollout",
+           f"{steps} is not a multiple of the model's chunk size {chunk_size}")
+    samples = cfg.env.train.total_num_envs * steps // chunk_size
+    g = cfg.actor.global_batch_size
+    _check(samples % g == 0, "actor.global_batch_size",
+           f"{g} does not divide the {samples} samples of a rollout "
+           f"(env.train.total_num_envs x rollout.steps_per_rollout / chunk size)")
+    return samples

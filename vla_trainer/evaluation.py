@@ -1,0 +1,58 @@
+"""Evaluating a policy: every env runs exactly one episode per round, metrics averaged.
+
+``evaluate_policy`` resets all envs with a round's seed, steps chunks until every env's episode
+has ended (the eval env has ``auto_reset=False``, so a finished env idles and is never counted
+twice), and repeats for ``num_episodes / num_envs`` rounds. The same seeds give the same
+initial states, so evaluations along a run (and across runs) compare like with like.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+import torch
+
+from vla_envs.core.vector_env import EPISODE_METRICS
+
+
+def round_seed(seed: int, round_index: int) -> int:
+    """The reset seed of evaluation round ``round_index``; disjoint from training's seeds."""
+    return int(np.random.SeedSequence([seed, 1_000_003, round_index]).generate_state(1)[0])
+
+
+@torch.no_grad()
+def evaluate_policy(env, policy, num_episodes: int, *, seed: int = 0, greedy: bool = False,
+                    temperature: float = 0.6, top_k: int | None = None, progress=None) -> dict:
+    """Mean ``success_once``, ``success_at_end``, ``return``, ``length`` over ``num_episodes``.
+
+    Raises:
+        ValueError: ``num_episodes`` is not a positive multiple of ``env.num_envs``, or the env
+            resets finished episodes itself (``auto_reset=True``).
+    """
+    n = env.num_envs
+    if num_episodes < 1 or num_episodes % n:
+        raise ValueError(f"num_episodes={num_episodes} must be a positive multiple of num_envs={n}")
+    if getattr(env, "auto_reset", False):
+        raise ValueError("evaluation needs an env made with auto_reset=False (each episode counted once)")
+    per_episode: dict[str, list[float]] = defaultdict(list)
+    generator = torch.Generator().manual_seed(seed)
+    max_chunks = env.max_episode_steps // policy.chunk_size + 2
+    for r in range(num_episodes // n):
+        obs, _ = env.reset(seed=round_seed(seed, r))
+        finished = np.zeros(n, bool)
+        for _ in range(max_chunks):
+            sample = policy.act(obs, temperature=temperature, top_k=top_k, greedy=greedy, generator=generator)
+            out = env.chunk_step(sample.actions.cpu().numpy())
+            if "episode" in out.info:
+                done = out.info["_episode"] & ~finished
+                for key in EPISODE_METRICS:
+                    per_episode[key].extend(np.asarray(out.info["episode"][key])[done].astype(float).tolist())
+                finished |= done
+            obs = out.obs
+            if finished.all():
+                break
+        if progress is not None:
+            progress(r + 1, num_episodes // n)
+    return {key: float(np.mean(vals)) for key, vals in per_episode.items()} | {
+        "num_episodes": len(per_episode["success_once"])}

@@ -1,0 +1,89 @@
+"""Where training metrics go: ``metrics.jsonl`` (always), TensorBoard, Weights & Biases, a plot.
+
+One record per iteration: ``{"iteration": i, "env_steps": s, "time/...": seconds, "train/...",
+"eval/...", "actor/...", "critic/..."}``. The JSON lines file is what ``success_curve`` plots and
+what tests read; TensorBoard gets the same scalars under the same names.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from pathlib import Path
+
+
+class MetricLogger:
+    def __init__(self, run_dir: Path, backends: list[str], experiment_name: str, config: dict | None = None):
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.jsonl = self.run_dir / "metrics.jsonl"
+        self.tb = None
+        self.wandb = None
+        if "tensorboard" in backends:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.tb = SummaryWriter(str(self.run_dir / "tensorboard"))
+        if "wandb" in backends:
+            try:
+                import wandb
+            except ImportError:
+                warnings.warn("runner.logger.logger_backends has 'wandb' but wandb is not installed "
+                              "(pip install wandb); logging to the other backends only", stacklevel=2)
+            else:
+                self.wandb = wandb.init(project="vla-rl", name=experiment_name, dir=str(self.run_dir),
+                                        config=config, resume="allow")
+
+    def log(self, record: dict) -> None:
+        with self.jsonl.open("a") as f:
+            f.write(json.dumps(record) + "\n")
+        step = record.get("env_steps", record.get("iteration", 0))
+        scalars = {k: v for k, v in record.items() if isinstance(v, (int, float)) and math.isfinite(v)}
+        if self.tb is not None:
+            for key, value in scalars.items():
+                self.tb.add_scalar(key, value, step)
+            self.tb.flush()
+        if self.wandb is not None:
+            self.wandb.log(scalars, step=step)
+
+    def close(self) -> None:
+        if self.tb is not None:
+            self.tb.close()
+        if self.wandb is not None:
+            self.wandb.finish()
+
+
+def read_metrics(run_dir: str | Path) -> list[dict]:
+    path = Path(run_dir) / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def success_curve(records: list[dict], out_png: str | Path, title: str = "") -> Path | None:
+    """Plots eval success_once / success_at_end (and train success_once) against env steps."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    evals = [r for r in records if "eval/success_once" in r]
+    if not evals:
+        return None
+    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=120)
+    x = [r["env_steps"] for r in evals]
+    ax.plot(x, [100 * r["eval/success_once"] for r in evals], "o-", label="eval success_once")
+    ax.plot(x, [100 * r["eval/success_at_end"] for r in evals], "s--", label="eval success_at_end")
+    train = [r for r in records if "train/success_once" in r]
+    if train:
+        ax.plot([r["env_steps"] for r in train], [100 * r["train/success_once"] for r in train], ".",
+                alpha=0.4, label="train success_once (sampled episodes)")
+    ax.set_xlabel("env steps")
+    ax.set_ylabel("success (%)")
+    ax.set_ylim(-2, 102)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="best", fontsize=8)
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    out_png = Path(out_png)
+    fig.savefig(out_png)
+    plt.close(fig)
+    return out_png

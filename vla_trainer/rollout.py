@@ -1,0 +1,138 @@
+"""Collecting a rollout: ``T`` chunk steps of ``N`` envs with the policy that is being trained.
+
+Read top to bottom: ``collect_rollout`` alternates generation (``policy.act`` on the current
+observations) and simulation (``env.chunk_step``), storing per chunk what the update needs:
+the raw observation (images uint8, instructions; model inputs are rebuilt per minibatch, which
+is cheaper to keep than float pixel tensors), the sampled action tokens, their log-probs and the
+critic's values *at rollout time* (never recomputed for the old policy), and the env's
+per-sub-step rewards / flags / validity. Truncated episodes get ``V(final observation)`` for
+bootstrapping, computed in one extra forward pass over just those envs.
+
+Shapes (T chunks, N envs, C actions per chunk, A = 7 tokens per action, V = 1 or C values):
+    image [T, N, H, W, 3] uint8      instruction: T lists of N strings
+    action_token_ids, log_probs [T, N, C, A]
+    values [T, N, V]                 final_values [T, N] (0 where not truncated)
+    rewards, terminated, truncated, valid [T, N, C]
+    next_values [N]                  V(observation after the last chunk)
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from .models import VLAPolicy
+
+
+@dataclass
+class Rollout:
+    image: np.ndarray
+    instruction: list[list[str]]
+    action_token_ids: torch.Tensor
+    log_probs: torch.Tensor
+    values: torch.Tensor | None
+    final_values: torch.Tensor
+    next_values: torch.Tensor
+    rewards: torch.Tensor
+    terminated: torch.Tensor
+    truncated: torch.Tensor
+    valid: torch.Tensor
+    episodes: dict[str, list[float]] = field(default_factory=dict)
+    """Metrics of the episodes that finished during the rollout (success_once, success_at_end, ...)."""
+    timing: dict[str, float] = field(default_factory=dict)
+    """Seconds spent in generation (policy) and simulation (env)."""
+
+    @property
+    def num_chunks(self) -> int:
+        return self.action_token_ids.shape[0]
+
+    @property
+    def num_envs(self) -> int:
+        return self.action_token_ids.shape[1]
+
+    def obs(self, t: np.ndarray, n: np.ndarray) -> dict:
+        """Observation dict of samples ``(t[k], n[k])`` (what ``policy.prepare`` takes)."""
+        return {"image": self.image[t, n], "instruction": tuple(self.instruction[i][j] for i, j in zip(t, n))}
+
+
+def first_value(values: torch.Tensor | None) -> torch.Tensor | None:
+    """The critic's estimate of the state at the start of a chunk: ``[N, V]`` -> ``[N]``."""
+    return None if values is None else values[:, 0].float()
+
+
+@torch.no_grad()
+def values_of(policy: VLAPolicy, obs: dict, temperature: float, top_k: int | None) -> torch.Tensor | None:
+    """``V(obs)`` ``[N]`` (greedy, so no random numbers are drawn; the action is discarded)."""
+    return first_value(policy.act(obs, temperature=temperature, top_k=top_k, greedy=True).values)
+
+
+@torch.no_grad()
+def collect_rollout(env, policy: VLAPolicy, obs: dict, num_chunks: int, *, temperature: float = 1.0,
+                    top_k: int | None = None, generator: torch.Generator | None = None,
+                    reward_coef: float = 1.0) -> tuple[Rollout, dict]:
+    """Runs ``num_chunks`` chunk steps from ``obs``; returns the rollout and the last observation."""
+    images, instructions, tokens, log_probs, values, final_values = [], [], [], [], [], []
+    rewards, terminated, truncated, valid = [], [], [], []
+    episodes: dict[str, list[float]] = defaultdict(list)
+    timing = {"generation": 0.0, "simulation": 0.0}
+    n = env.num_envs
+    for _ in range(num_chunks):
+        t0 = time.perf_counter()
+        sample = policy.act(obs, temperature=temperature, top_k=top_k, generator=generator)
+        t1 = time.perf_counter()
+        out = env.chunk_step(sample.actions.cpu().numpy())
+        t2 = time.perf_counter()
+        timing["generation"] += t1 - t0
+        timing["simulation"] += t2 - t1
+
+        images.append(np.asarray(obs["image"]))
+        instructions.append(list(obs["instruction"]))
+        tokens.append(sample.action_token_ids.cpu())
+        log_probs.append(sample.log_probs.float().cpu())
+        values.append(None if sample.values is None else sample.values.float().cpu())
+        rewards.append(torch.as_tensor(out.rewards, dtype=torch.float32) * reward_coef)
+        terminated.append(torch.as_tensor(out.terminated))
+        truncated.append(torch.as_tensor(out.truncated))
+        valid.append(torch.as_tensor(out.valid))
+
+        # bootstrap values of time-limit truncations: V(observation where the episode was cut)
+        fv = torch.zeros(n)
+        cut = np.flatnonzero(out.truncated.any(axis=1))
+        if cut.size and sample.values is not None:
+            final = out.info["final_obs"] if "final_obs" in out.info else out.obs
+            sub = {"image": np.asarray(final["image"])[cut],
+                   "instruction": tuple(final["instruction"][i] for i in cut)}
+            t3 = time.perf_counter()
+            fv[cut] = values_of(policy, sub, temperature, top_k).cpu()
+            timing["generation"] += time.perf_counter() - t3
+        final_values.append(fv)
+
+        if "episode" in out.info:
+            done = out.info["_episode"]
+            for key, arr in out.info["episode"].items():
+                episodes[key].extend(np.asarray(arr)[done].astype(float).tolist())
+        obs = out.obs
+
+    t0 = time.perf_counter()
+    next_values = values_of(policy, obs, temperature, top_k) if values[0] is not None else None
+    timing["generation"] += time.perf_counter() - t0
+    rollout = Rollout(
+        image=np.stack(images),
+        instruction=instructions,
+        action_token_ids=torch.stack(tokens),
+        log_probs=torch.stack(log_probs),
+        values=None if values[0] is None else torch.stack(values),
+        final_values=torch.stack(final_values),
+        next_values=torch.zeros(n) if next_values is None else next_values.cpu(),
+        rewards=torch.stack(rewards),
+        terminated=torch.stack(terminated),
+        truncated=torch.stack(truncated),
+        valid=torch.stack(valid),
+        episodes=dict(episodes),
+        timing=timing,
+    )
+    return rollout, obs

@@ -1,0 +1,156 @@
+"""One policy (and critic) update on a rollout: PPO / GRPO mini-batches with gradient accumulation.
+
+A rollout holds ``B = T * N`` samples (one per chunk step and env). Each of
+``algorithm.update_epoch`` passes shuffles them and cuts them into global batches of
+``actor.global_batch_size``; a global batch is one optimizer step, computed as
+``global / micro`` forward-backward passes of ``actor.micro_batch_size`` samples whose
+gradients accumulate. Every loss term is a weighted sum over the micro-batch divided by the
+*global* batch's total weight, so the accumulated gradient is exactly the global batch's
+masked mean, whatever the micro-batch size.
+
+Granularities (see ``vla_trainer.algorithms.granularity``): log-probs are reduced to
+``logprob_type`` (``[b]``, ``[b, C]`` or ``[b, C, A]``); advantages and masks at the reward
+granularity are broadcast to them; tokens of sub-steps that did not belong to the chunk's episode
+never count.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+import torch
+
+from .advantages import Targets
+from .algorithms import (
+    actor_should_update,
+    align_values,
+    broadcast_advantages,
+    entropy_bonus,
+    kl_penalty,
+    ppo_policy_loss,
+    reduce_log_probs,
+    value_loss,
+)
+from .config.schema import TrainConfig
+from .models import VLAPolicy
+from .rollout import Rollout
+
+
+class NonFiniteLossError(FloatingPointError):
+    """A loss or gradient became NaN/inf; the optimizer step was not taken."""
+
+
+def _sub_step_mask(valid: torch.Tensor, logprob_type: str, num_tokens: int) -> torch.Tensor:
+    """Which log-prob entries belong to executed actions: ``[b, C]`` valid -> logprob granularity."""
+    if logprob_type == "chunk_level":
+        return valid.any(dim=-1)
+    if logprob_type == "action_level":
+        return valid
+    return valid[..., None].expand(*valid.shape, num_tokens)
+
+
+def _batch_fields(rollout: Rollout, targets: Targets, idx: torch.Tensor, logprob_type: str):
+    """Flattened per-sample tensors of samples ``idx`` (indices into ``T * N``)."""
+    N = rollout.num_envs
+    t, n = idx // N, idx % N
+    valid = rollout.valid[t, n]  # [b, C]
+    A = rollout.log_probs.shape[-1]
+    lp_valid = _sub_step_mask(valid, logprob_type, A)
+    mask = broadcast_advantages(targets.mask[t, n], lp_valid) & lp_valid
+    weights = None if targets.weights is None else broadcast_advantages(targets.weights[t, n], lp_valid)
+    token_mask = broadcast_advantages(targets.mask[t, n], rollout.log_probs[t, n]) & valid[..., None]
+    return t, n, valid, mask, weights, token_mask
+
+
+def _weight_sum(mask: torch.Tensor, weights: torch.Tensor | None) -> float:
+    return float(mask.sum()) if weights is None else float((weights * mask).sum())
+
+
+def update_policy(policy: VLAPolicy, optimizer: torch.optim.Optimizer, params: list[torch.nn.Parameter],
+                  rollout: Rollout, targets: Targets, cfg: TrainConfig, iteration: int,
+                  generator: torch.Generator, ref_policy: VLAPolicy | None = None) -> dict:
+    """Runs the update and returns mean metrics (losses, clip fractions, KL, grad norm)."""
+    alg, actor = cfg.algorithm, cfg.actor
+    sp = alg.sampling_params
+    top_k = sp.top_k or None
+    B = rollout.num_chunks * rollout.num_envs
+    G, M = actor.global_batch_size, actor.micro_batch_size
+    train_actor = actor_should_update(iteration, actor.optim.critic_warmup_steps)
+    use_critic = alg.loss_type == "actor_critic"
+    C = rollout.rewards.shape[-1]
+    logs: dict[str, list[float]] = defaultdict(list)
+    flat = lambda x: x.reshape(B, *x.shape[2:])  # noqa: E731  [T, N, ...] -> [B, ...]
+    tokens_all, old_lp_all = flat(rollout.action_token_ids), flat(rollout.log_probs)
+
+    policy.model.train()
+    for _ in range(alg.update_epoch):
+        order = torch.randperm(B, generator=generator)
+        for start in range(0, B - G + 1, G):
+            batch = order[start:start + G]
+            fields = _batch_fields(rollout, targets, batch, alg.logprob_type)
+            denom_pi = max(_weight_sum(fields[3], fields[4]), 1e-8)
+            denom_tok = max(float(fields[5].sum()), 1e-8)
+            value_mask = targets.mask[fields[0], fields[1]]
+            denom_v = max(float(value_mask.sum()), 1e-8)
+            optimizer.zero_grad(set_to_none=True)
+            for m0 in range(0, G, M):
+                idx = batch[m0:m0 + M]
+                t, n, valid, mask, weights, token_mask = _batch_fields(rollout, targets, idx, alg.logprob_type)
+                inputs = policy.prepare(rollout.obs(t.numpy(), n.numpy()))
+                ev = policy.evaluate(inputs, tokens_all[idx], temperature=sp.temperature_train, top_k=top_k)
+                logp = reduce_log_probs(ev.log_probs, alg.logprob_type, valid)
+                old_lp = reduce_log_probs(old_lp_all[idx], alg.logprob_type, valid)
+                adv = broadcast_advantages(targets.advantages[t, n], logp)
+
+                loss = torch.zeros(())
+                if train_actor:
+                    pl = ppo_policy_loss(logp, old_lp, adv, mask, clip_low=alg.clip_ratio_low,
+                                         clip_high=alg.clip_ratio_high, weights=weights, denominator=denom_pi)
+                    ent = entropy_bonus(ev.entropy, token_mask, coef=alg.entropy_bonus, denominator=denom_tok)
+                    loss = loss + pl.loss + ent.loss
+                    scale = M / G  # diagnostics are per micro-batch means; weight them to the global batch
+                    logs["actor/clipfrac"].append(float(pl.clipfrac) * scale)
+                    logs["actor/approx_kl"].append(float(pl.approx_kl) * scale)
+                    logs["actor/ratio_max"].append(float(pl.ratio_max))
+                    logs["actor/entropy"].append(float(ent.value) * scale)
+                    logs["actor/policy_loss"].append(pl.loss.item())
+                    if alg.kl_beta > 0 and ref_policy is not None:
+                        with torch.no_grad():
+                            ref = ref_policy.evaluate(inputs, tokens_all[idx], temperature=sp.temperature_train,
+                                                      top_k=top_k)
+                        kl = kl_penalty(ev.log_probs, ref.log_probs, token_mask, coef=alg.kl_beta,
+                                        denominator=denom_tok)
+                        loss = loss + kl.loss
+                        logs["actor/kl_ref"].append(float(kl.value) * scale)
+                if use_critic:
+                    v = align_values(ev.values.float(), alg.reward_type, C)
+                    vl = value_loss(v, targets.old_values[t, n], targets.returns[t, n], targets.mask[t, n],
+                                    clip=alg.value_clip, huber_delta=alg.huber_delta, denominator=denom_v)
+                    loss = loss + alg.value_loss_coef * vl.loss
+                    logs["critic/value_loss"].append(vl.loss.item())
+                    logs["critic/value_clipfrac"].append(float(vl.clipfrac) * M / G)
+                if not torch.isfinite(loss):
+                    raise NonFiniteLossError(
+                        f"the loss became {float(loss)} at iteration {iteration} (policy/value terms: "
+                        f"{ {k: v[-1] for k, v in logs.items() if v} }); no optimizer step was taken")
+                if loss.requires_grad:
+                    loss.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, actor.optim.clip_grad)
+            if not math.isfinite(float(grad_norm)):
+                optimizer.zero_grad(set_to_none=True)
+                raise NonFiniteLossError(f"the gradient norm became {float(grad_norm)} at iteration {iteration}; "
+                                         "no optimizer step was taken")
+            optimizer.step()
+            logs["actor/grad_norm"].append(float(grad_norm))
+    policy.model.eval()
+
+    # per-step sums over micro-batches become per-global-batch values; average over steps
+    steps = max(len(logs["actor/grad_norm"]), 1)
+    out = {}
+    for key, vals in logs.items():
+        summed = key in ("actor/policy_loss", "critic/value_loss", "actor/clipfrac", "actor/approx_kl",
+                         "actor/entropy", "actor/kl_ref", "critic/value_clipfrac")
+        out[key] = sum(vals) / steps if summed else (max(vals) if key.endswith("_max") else sum(vals) / len(vals))
+    out["actor/trained"] = float(train_actor)
+    return out
