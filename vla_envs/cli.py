@@ -135,7 +135,7 @@ def cmd_eval_ood(args: argparse.Namespace) -> int:
     """Every PutOnPlate variant, then a table of per-variant and per-category success."""
     import copy
 
-    from vla_envs.tasks.put_on_plate.variants import CATEGORIES, VARIANTS
+    from vla_envs.tasks.put_on_plate.variants import VARIANTS, ood_table
 
     rows = []
     for env_id, variant in VARIANTS.items():
@@ -145,17 +145,8 @@ def cmd_eval_ood(args: argparse.Namespace) -> int:
         rows.append({"env_id": env_id, "category": variant.category, "episodes": summary["episodes"],
                      "success_once": summary["success_once"], "success_at_end": summary["success_at_end"],
                      "asset_pack": summary["asset_pack"]})
-    averages = {}
-    for cat in CATEGORIES:
-        sel = [r for r in rows if r["category"] == cat]
-        averages[cat] = {k: float(np.mean([r[k] for r in sel])) for k in ("success_once", "success_at_end")}
-    ood = [r for r in rows if r["category"] in CATEGORIES]
-    averages["ood_all"] = {k: float(np.mean([r[k] for r in ood])) for k in ("success_once", "success_at_end")}
-    lines = [f"policy: {args.policy}; asset pack: {rows[0]['asset_pack']}; {args.episodes} episodes per variant",
-             "", "| variant | category | success_once | success_at_end |", "|---|---|---|---|"]
-    lines += [f"| {r['env_id']} | {r['category']} | {r['success_once']:.3f} | {r['success_at_end']:.3f} |" for r in rows]
-    lines += [f"| **{c} average** | | {v['success_once']:.3f} | {v['success_at_end']:.3f} |" for c, v in averages.items()]
-    table = "\n".join(lines)
+    averages, table = ood_table(rows, f"policy: {args.policy}; asset pack: {rows[0]['asset_pack']}; "
+                                      f"{args.episodes} episodes per variant")
     print(table)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "ood_eval.md").write_text(table + "\n")

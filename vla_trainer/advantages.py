@@ -87,3 +87,13 @@ def compute_targets(rollout: Rollout, alg: AlgorithmConfig, group_size: int = 1)
     adv = torch.where(mask, adv_traj.view(shape).expand_as(mask).to(torch.float32), torch.zeros(mask.shape))
     weights = length_normalization_weights(mask) if alg.length_normalization else None
     return Targets(adv, None, None, mask, weights, stats)
+
+
+def concat_targets(targets: list[Targets]) -> Targets:
+    """Targets of side-by-side rollouts (``concat_rollouts``) along the env axis; stats averaged."""
+    if len(targets) == 1:
+        return targets[0]
+    cat = lambda name: None if getattr(targets[0], name) is None else torch.cat(  # noqa: E731
+        [getattr(t, name) for t in targets], dim=1)
+    stats = {k: sum(t.stats[k] for t in targets) / len(targets) for k in targets[0].stats}
+    return Targets(cat("advantages"), cat("returns"), cat("old_values"), cat("mask"), cat("weights"), stats)

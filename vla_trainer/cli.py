@@ -1,5 +1,7 @@
 """``vla-train``: training stages of a VLA policy.
 
+    vla-train --config maniskill_ppo_openvlaoft actor.model.model_path=runs/sft/tiny runner.max_epochs=50
+    vla-train recipes                        # the shipped recipes
     vla-train sft --demos demos/put_on_plate --preset tiny-openvla-oft --steps 500 \\
         --batch-size 16 --lr 1e-4 --out runs/sft/tiny --seed 0
 """
@@ -73,9 +75,66 @@ def cmd_sft(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_rl(args: argparse.Namespace) -> int:
+    import os
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from vla_trainer.config import ConfigError, load_config, to_yaml
+    from vla_trainer.models import VLAModelError
+    from vla_trainer.update import NonFiniteLossError
+
+    try:
+        cfg = load_config(args.config, args.overrides)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if args.print_config:
+        print(to_yaml(cfg))
+        return 0
+    from vla_trainer.runner import train
+
+    try:
+        result = train(cfg, run_dir=args.run_dir)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except (FileNotFoundError, VLAModelError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except NonFiniteLossError as e:
+        print(f"error: training stopped: {e}. The last good checkpoint (if any) is untouched; "
+              "lower actor.optim.lr or check the rewards.", file=sys.stderr)
+        return 1
+    print(json.dumps({"run_dir": str(result.run_dir), "iterations": result.iterations,
+                      "env_steps": result.env_steps, "last_eval": result.last_eval,
+                      "checkpoint": str(result.checkpoint) if result.checkpoint else None}, indent=1))
+    return 0
+
+
+def cmd_recipes(args: argparse.Namespace) -> int:
+    from vla_trainer.config import recipe_names, recipe_path
+
+    for name in recipe_names():
+        first = recipe_path(name).read_text().splitlines()[0].lstrip("# ")
+        print(f"{name:32s} {first}")
+    return 0
+
+
+SUBCOMMANDS = ("rl", "sft", "recipes")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vla-train", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("rl", help="PPO / GRPO fine-tuning from a recipe (the default command)")
+    r.add_argument("--config", required=True, help="a shipped recipe name (vla-train recipes) or a YAML path")
+    r.add_argument("--run-dir", type=Path, default=None,
+                   help="output folder (default: runner.logger.log_path/runner.logger.experiment_name)")
+    r.add_argument("--print-config", action="store_true", help="print the resolved recipe and exit")
+    r.add_argument("overrides", nargs="*", metavar="key=value", help="recipe overrides, e.g. actor.optim.lr=3e-5")
+    r.set_defaults(func=cmd_rl)
+    c = sub.add_parser("recipes", help="list the shipped recipes")
+    c.set_defaults(func=cmd_recipes)
     p = sub.add_parser("sft", help="supervised fine-tuning on recorded demos (warm start for RL)")
     p.add_argument("--demos", type=Path, required=True, help="demo folder (index.json + episode_*.npz)")
     p.add_argument("--preset", default="tiny-openvla-oft", help="model preset (default: %(default)s)")
@@ -94,6 +153,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] not in SUBCOMMANDS and argv[0] not in ("-h", "--help"):
+        argv.insert(0, "rl")  # `vla-train --config X` is `vla-train rl --config X`
     args = build_parser().parse_args(argv)
     return args.func(args)
 

@@ -136,3 +136,25 @@ def collect_rollout(env, policy: VLAPolicy, obs: dict, num_chunks: int, *, tempe
         timing=timing,
     )
     return rollout, obs
+
+
+def concat_rollouts(rollouts: list[Rollout]) -> Rollout:
+    """Rollouts of the same length side by side, as one rollout of ``sum(N_k)`` envs."""
+    if len(rollouts) == 1:
+        return rollouts[0]
+    cat = lambda name: torch.cat([getattr(r, name) for r in rollouts], dim=1)  # noqa: E731
+    episodes: dict[str, list[float]] = defaultdict(list)
+    timing: dict[str, float] = defaultdict(float)
+    for r in rollouts:
+        for k, v in r.episodes.items():
+            episodes[k].extend(v)
+        for k, v in r.timing.items():
+            timing[k] += v
+    return Rollout(
+        image=np.concatenate([r.image for r in rollouts], axis=1),
+        instruction=[sum((r.instruction[t] for r in rollouts), []) for t in range(rollouts[0].num_chunks)],
+        action_token_ids=cat("action_token_ids"), log_probs=cat("log_probs"),
+        values=None if rollouts[0].values is None else cat("values"),
+        final_values=cat("final_values"), next_values=torch.cat([r.next_values for r in rollouts]),
+        rewards=cat("rewards"), terminated=cat("terminated"), truncated=cat("truncated"), valid=cat("valid"),
+        episodes=dict(episodes), timing=dict(timing))

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from .advantages import compute_targets
+from .advantages import compute_targets, concat_targets
 from .algorithms import explained_variance
 from .checkpoint import (
     check_resumable,
@@ -41,7 +41,7 @@ from .config import check_batch_sizes, placement_mode, to_dict, to_yaml
 from .config.schema import EnvSplitConfig, TrainConfig
 from .evaluation import evaluate_policy
 from .metrics_log import MetricLogger, read_metrics, success_curve
-from .rollout import collect_rollout
+from .rollout import collect_rollout, concat_rollouts
 from .update import update_policy
 
 KEEP_CHECKPOINTS = 2
@@ -222,19 +222,23 @@ def train(cfg: TrainConfig, run_dir: str | Path | None = None) -> TrainResult:
                       f"({last_eval['eval/num_episodes']} episodes)")
         for it in bar:
             t_iter = time.perf_counter()
-            # 1. rollout (generation + simulation)
-            obs, _ = env.reset(seed=iteration_seed(cfg.actor.seed, it))
-            rollout, _ = collect_rollout(env, policy, obs, num_chunks, temperature=sp.temperature_train, top_k=top_k,
-                                         generator=rollout_gen, reward_coef=cfg.env.train.reward_coef)
+            # 1. rollout (generation + simulation), 2. advantages and value targets, per rollout epoch
+            rollouts, targets = [], []
+            for k in range(cfg.algorithm.rollout_epoch):
+                obs, _ = env.reset(seed=iteration_seed(cfg.actor.seed, it * cfg.algorithm.rollout_epoch + k))
+                r, _ = collect_rollout(env, policy, obs, num_chunks, temperature=sp.temperature_train, top_k=top_k,
+                                       generator=rollout_gen, reward_coef=cfg.env.train.reward_coef)
+                rollouts.append(r)
+                targets.append(compute_targets(r, cfg.algorithm, cfg.algorithm.group_size))
+            rollout, targets = concat_rollouts(rollouts), concat_targets(targets)
             t_rollout = time.perf_counter() - t_iter
-            # 2. advantages and value targets
-            targets = compute_targets(rollout, cfg.algorithm, cfg.algorithm.group_size)
             # 3. update
             t0 = time.perf_counter()
             metrics = update_policy(policy, optimizer, params, rollout, targets, cfg, it, update_gen, ref_policy)
             t_update = time.perf_counter() - t0
             state["iteration"] = it + 1
-            state["env_steps"] += env.num_envs * cfg.rollout.steps_per_rollout
+            frames = env.num_envs * cfg.rollout.steps_per_rollout * cfg.algorithm.rollout_epoch
+            state["env_steps"] += frames
             record = {"iteration": it + 1, "env_steps": state["env_steps"], **metrics, **targets.stats,
                       **_episode_stats("train", rollout.episodes),
                       "train/reward_per_step": float(rollout.rewards.sum() / rollout.valid.sum().clamp(min=1)),
@@ -244,7 +248,7 @@ def train(cfg: TrainConfig, run_dir: str | Path | None = None) -> TrainResult:
                 record["critic/explained_variance"] = float(explained_variance(targets.old_values, targets.returns,
                                                                                targets.mask))
             record["time/iteration"] = time.perf_counter() - t_iter
-            record["throughput/env_frames_per_s"] = env.num_envs * cfg.rollout.steps_per_rollout / record["time/iteration"]
+            record["throughput/env_frames_per_s"] = frames / record["time/iteration"]
             # 4. evaluation, checkpoint
             last = it + 1 == cfg.runner.max_epochs
             out_of_time = (cfg.runner.max_wall_minutes is not None
@@ -256,7 +260,8 @@ def train(cfg: TrainConfig, run_dir: str | Path | None = None) -> TrainResult:
             state["wall_time_s"] = time.perf_counter() - t_start
             record["time/wall"] = state["wall_time_s"]
             logger.log(record)
-            if cfg.runner.save_interval != -1 and (it + 1) % cfg.runner.save_interval == 0 or last or out_of_time:
+            periodic = cfg.runner.save_interval != -1 and (it + 1) % cfg.runner.save_interval == 0
+            if periodic or last or out_of_time:
                 ckpt = save_train_checkpoint(run_dir, cfg, policy, optimizer, {
                     **state, "rollout_gen": rollout_gen.get_state(), "update_gen": update_gen.get_state()})
             bar.set_postfix({k: f"{record[v]:.2f}" for k, v in (("succ", "train/success_once"),

@@ -76,6 +76,9 @@ def update_policy(policy: VLAPolicy, optimizer: torch.optim.Optimizer, params: l
     top_k = sp.top_k or None
     B = rollout.num_chunks * rollout.num_envs
     G, M = actor.global_batch_size, actor.micro_batch_size
+    if B % G or G % M:
+        raise ValueError(f"actor.global_batch_size={G} must divide the {B} samples and be a multiple of "
+                         f"actor.micro_batch_size={M}")
     train_actor = actor_should_update(iteration, actor.optim.critic_warmup_steps)
     use_critic = alg.loss_type == "actor_critic"
     C = rollout.rewards.shape[-1]
@@ -136,7 +139,12 @@ def update_policy(policy: VLAPolicy, optimizer: torch.optim.Optimizer, params: l
                         f"{ {k: v[-1] for k, v in logs.items() if v} }); no optimizer step was taken")
                 if loss.requires_grad:
                     loss.backward()
-            grad_norm = torch.nn.utils.clip_grad_norm_(params, actor.optim.clip_grad)
+            if not train_actor:  # warm-up: the value loss's gradient reaches the backbone too; keep only the head's
+                for group in optimizer.param_groups:
+                    if group.get("name") != "value_head":
+                        for p in group["params"]:
+                            p.grad = None
+            grad_norm = torch.nn.utils.clip_grad_norm_([p for p in params if p.grad is not None], actor.optim.clip_grad)
             if not math.isfinite(float(grad_norm)):
                 optimizer.zero_grad(set_to_none=True)
                 raise NonFiniteLossError(f"the gradient norm became {float(grad_norm)} at iteration {iteration}; "
@@ -146,9 +154,11 @@ def update_policy(policy: VLAPolicy, optimizer: torch.optim.Optimizer, params: l
     policy.model.eval()
 
     # per-step sums over micro-batches become per-global-batch values; average over steps
-    steps = max(len(logs["actor/grad_norm"]), 1)
+    steps = len(logs["actor/grad_norm"])
     out = {}
     for key, vals in logs.items():
+        if not vals:
+            continue
         summed = key in ("actor/policy_loss", "critic/value_loss", "actor/clipfrac", "actor/approx_kl",
                          "actor/entropy", "actor/kl_ref", "critic/value_clipfrac")
         out[key] = sum(vals) / steps if summed else (max(vals) if key.endswith("_max") else sum(vals) / len(vals))

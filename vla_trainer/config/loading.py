@@ -74,7 +74,10 @@ def _read_yaml(path: Path, seen: tuple[Path, ...] = ()):
         parents = [parents]
     merged = OmegaConf.create({})
     for parent in parents:
-        merged = OmegaConf.merge(merged, _read_yaml(recipe_path(str(parent)), (*seen, path)))
+        parent = str(parent)
+        if parent.endswith((".yaml", ".yml")) and not Path(parent).is_absolute():
+            parent = str(path.parent / parent)  # relative to the recipe that names it
+        merged = OmegaConf.merge(merged, _read_yaml(recipe_path(parent), (*seen, path)))
     return OmegaConf.merge(merged, node)
 
 
@@ -198,6 +201,7 @@ def validate(cfg: TrainConfig) -> None:
            f"must be > 0 or null, got {alg.huber_delta}")
     for key in ("entropy_bonus", "kl_beta", "value_loss_coef"):
         _check(getattr(alg, key) >= 0, f"algorithm.{key}", f"must be >= 0, got {getattr(alg, key)}")
+    _check(alg.rollout_epoch >= 1, "algorithm.rollout_epoch", f"must be >= 1, got {alg.rollout_epoch}")
     _check(alg.update_epoch >= 1, "algorithm.update_epoch", f"must be >= 1, got {alg.update_epoch}")
     _check(alg.filter_low <= alg.filter_high, "algorithm.filter_low",
            f"must be <= algorithm.filter_high ({alg.filter_low} > {alg.filter_high})")
@@ -213,6 +217,7 @@ def validate(cfg: TrainConfig) -> None:
                f"must be >= 1 or null, got {env.max_episode_steps}")
     _check(ev.num_episodes >= 1 and ev.num_episodes % ev.total_num_envs == 0, "env.eval.num_episodes",
            f"must be a positive multiple of env.eval.total_num_envs ({ev.total_num_envs}), got {ev.num_episodes}")
+    _check(alg.group_size >= 1, "algorithm.group_size", f"must be >= 1, got {alg.group_size}")
     _check(train.total_num_envs % alg.group_size == 0, "algorithm.group_size",
            f"{alg.group_size} does not divide env.train.total_num_envs ({train.total_num_envs})")
     if alg.adv_type == "grpo":
@@ -231,13 +236,12 @@ def validate(cfg: TrainConfig) -> None:
            f"got {actor.global_batch_size}")
     m = actor.model
     _check(m.model_path is not None or m.preset is not None, "actor.model.preset",
-           "set actor.model.preset or actor.model.model_path")
+           "no model: set actor.model.model_path=<checkpoint folder> (or a tiny preset, e.g. actor.model.preset=tiny-openvla-oft)")
     if m.model_path is None:
         from vla_trainer.models import PRESETS
 
         _check(m.preset in PRESETS, "actor.model.preset", f"{m.preset!r} is not one of {sorted(PRESETS)}")
-        _check(m.preset.replace("-", "_").endswith(m.model_name.replace("-", "_"))
-               or (m.model_name == "openvla_oft") == ("oft" in m.preset), "actor.model.model_name",
+        _check((m.model_name == "openvla_oft") == ("oft" in m.preset), "actor.model.model_name",
                f"{m.model_name!r} does not match preset {m.preset!r}")
     _check(m.lora_rank >= 1, "actor.model.lora_rank", f"must be >= 1, got {m.lora_rank}")
     o = actor.optim
@@ -258,9 +262,9 @@ def check_batch_sizes(cfg: TrainConfig, chunk_size: int) -> int:
     steps = cfg.rollout.steps_per_rollout
     _check(steps % chunk_size == 0, "rollout.steps_per_rollout",
            f"{steps} is not a multiple of the model's chunk size {chunk_size}")
-    samples = cfg.env.train.total_num_envs * steps // chunk_size
+    samples = cfg.env.train.total_num_envs * steps // chunk_size * cfg.algorithm.rollout_epoch
     g = cfg.actor.global_batch_size
     _check(samples % g == 0, "actor.global_batch_size",
-           f"{g} does not divide the {samples} samples of a rollout "
-           f"(env.train.total_num_envs x rollout.steps_per_rollout / chunk size)")
+           f"{g} does not divide the {samples} samples of an update (env.train.total_num_envs x "
+           "rollout.steps_per_rollout / chunk size x algorithm.rollout_epoch)")
     return samples

@@ -79,8 +79,10 @@ class AlgorithmConfig:
     normalize_advantages: bool = True
     group_size: int = 1
     """GRPO: envs per group sharing one initial state (env.train.use_fixed_reset_state_ids)."""
+    rollout_epoch: int = 1
+    """Rollouts collected per update (each from fresh resets); their samples are pooled."""
     update_epoch: int = 1
-    """Passes over each rollout's data."""
+    """Passes over the pooled rollout data."""
     clip_ratio_low: float = 0.2
     clip_ratio_high: float = 0.2
     value_clip: Optional[float] = 0.2

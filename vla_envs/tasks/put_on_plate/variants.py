@@ -83,3 +83,30 @@ def get_variant(env_id: str) -> Variant:
     if env_id not in VARIANTS:
         raise ValueError(f"unknown PutOnPlate variant {env_id!r}; valid: {sorted(VARIANTS)}")
     return VARIANTS[env_id]
+
+
+def ood_table(rows: list[dict], header: str) -> tuple[dict, str]:
+    """Category averages and a markdown table of per-variant results.
+
+    Args:
+        rows: one dict per variant with ``env_id``, ``category``, ``success_once``, ``success_at_end``.
+        header: the first line (which policy, which asset pack, how many episodes).
+
+    Returns:
+        ``(averages, markdown)``; averages per category and over all OOD variants (``ood_all``),
+        each with ``success_once`` and ``success_at_end``.
+    """
+    import numpy as np
+
+    averages = {}
+    for cat in CATEGORIES:
+        sel = [r for r in rows if r["category"] == cat]
+        if sel:
+            averages[cat] = {k: float(np.mean([r[k] for r in sel])) for k in ("success_once", "success_at_end")}
+    ood = [r for r in rows if r["category"] in CATEGORIES]
+    if ood:
+        averages["ood_all"] = {k: float(np.mean([r[k] for r in ood])) for k in ("success_once", "success_at_end")}
+    lines = [header, "", "| variant | category | success_once | success_at_end |", "|---|---|---|---|"]
+    lines += [f"| {r['env_id']} | {r['category']} | {r['success_once']:.3f} | {r['success_at_end']:.3f} |" for r in rows]
+    lines += [f"| **{c} average** | | {v['success_once']:.3f} | {v['success_at_end']:.3f} |" for c, v in averages.items()]
+    return averages, "\n".join(lines)

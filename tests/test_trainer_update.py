@@ -1,0 +1,136 @@
+"""The update step on a synthetic rollout (no simulator): gradient accumulation is exact,
+critic warm-up leaves the policy alone, NaN stops before any optimizer step, rollouts concatenate."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+from tiny_vla import make_obs, policy_for, tiny
+
+from vla_trainer.advantages import compute_targets, concat_targets
+from vla_trainer.config import load_config
+from vla_trainer.rollout import Rollout, concat_rollouts
+from vla_trainer.runner import make_optimizer
+from vla_trainer.update import NonFiniteLossError, update_policy
+
+
+def synthetic_rollout(policy, T=2, N=2, seed=0) -> Rollout:
+    """A rollout whose actions, log-probs and values come from ``policy`` on random images."""
+    g = torch.Generator().manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    images, instr, tokens, lps, vals = [], [], [], [], []
+    for t in range(T):
+        obs = make_obs(N, seed=seed * 100 + t)
+        s = policy.act(obs, generator=g)
+        images.append(obs["image"])
+        instr.append(list(obs["instruction"]))
+        tokens.append(s.action_token_ids)
+        lps.append(s.log_probs)
+        vals.append(s.values)
+    C = policy.chunk_size
+    terminated = torch.zeros(T, N, C, dtype=torch.bool)
+    terminated[0, 1, 3] = True  # env 1 succeeds mid-chunk in chunk 0 ...
+    valid = torch.ones(T, N, C, dtype=torch.bool)
+    valid[0, 1, 4:] = False     # ... so the rest of that chunk is invalid
+    return Rollout(
+        image=np.stack(images), instruction=instr, action_token_ids=torch.stack(tokens),
+        log_probs=torch.stack(lps), values=None if vals[0] is None else torch.stack(vals),
+        final_values=torch.zeros(T, N), next_values=torch.zeros(N),
+        rewards=torch.as_tensor(rng.uniform(0, 1, (T, N, C)), dtype=torch.float32) * valid,
+        terminated=terminated, truncated=torch.zeros(T, N, C, dtype=torch.bool), valid=valid)
+
+
+def _cfg(*overrides):
+    return load_config("cpu_ppo_tiny_put_on_plate", ["env.train.total_num_envs=2", *overrides])
+
+
+def _setup(cfg, value_type="chunk_level"):
+    policy = policy_for(*tiny(value_type=value_type))
+    rollout = synthetic_rollout(policy)
+    return policy, rollout
+
+
+def _params(policy):
+    return {k: v.detach().clone() for k, v in policy.model.named_parameters()}
+
+
+@pytest.mark.parametrize("logprob_type", ["token_level", "action_level", "chunk_level"])
+def test_gradient_accumulation_equals_one_big_batch(logprob_type):
+    """global 4 = one micro-batch of 4, or two of 2: the same optimizer step."""
+    results = []
+    for micro in (4, 2):
+        cfg = _cfg("actor.global_batch_size=4", f"actor.micro_batch_size={micro}",
+                   f"algorithm.logprob_type={logprob_type}")
+        policy, rollout = _setup(cfg)
+        targets = compute_targets(rollout, cfg.algorithm)
+        opt, params = make_optimizer(policy, cfg)
+        before = _params(policy)
+        update_policy(policy, opt, params, rollout, targets, cfg, 0, torch.Generator().manual_seed(0))
+        results.append(_params(policy))
+    changed = [k for k in before if not torch.equal(before[k], results[0][k])]
+    assert changed, "the update changed no parameter"
+    for k in before:
+        torch.testing.assert_close(results[0][k], results[1][k], rtol=1e-4, atol=1e-6)
+
+
+def test_critic_warmup_trains_only_the_value_head():
+    cfg = _cfg("actor.global_batch_size=4", "actor.micro_batch_size=2", "actor.optim.critic_warmup_steps=1")
+    policy, rollout = _setup(cfg)
+    targets = compute_targets(rollout, cfg.algorithm)
+    opt, params = make_optimizer(policy, cfg)
+    before = _params(policy)
+    metrics = update_policy(policy, opt, params, rollout, targets, cfg, 0, torch.Generator().manual_seed(0))
+    after = _params(policy)
+    moved = {k for k in before if not torch.equal(before[k], after[k])}
+    assert moved and all("value_head." in k for k in moved)
+    assert metrics["actor/trained"] == 0.0
+    update_policy(policy, opt, params, rollout, targets, cfg, 1, torch.Generator().manual_seed(0))
+    assert any("value_head." not in k and not torch.equal(after[k], v) for k, v in _params(policy).items())
+
+
+def test_nan_advantages_stop_before_the_optimizer_step():
+    cfg = _cfg("actor.global_batch_size=4", "actor.micro_batch_size=2")
+    policy, rollout = _setup(cfg)
+    targets = compute_targets(rollout, cfg.algorithm)
+    targets.advantages[0, 0] = float("nan")
+    opt, params = make_optimizer(policy, cfg)
+    before = _params(policy)
+    with pytest.raises(NonFiniteLossError, match="iteration 3"):
+        update_policy(policy, opt, params, rollout, targets, cfg, 3, torch.Generator().manual_seed(0))
+    assert all(torch.equal(before[k], v) for k, v in _params(policy).items())
+
+
+def test_grpo_targets_mask_after_the_first_done_and_weight_by_length():
+    cfg = load_config("cpu_grpo_tiny_put_on_plate", ["env.train.total_num_envs=2", "actor.global_batch_size=4",
+                                                     "actor.micro_batch_size=2"])
+    policy = policy_for(*tiny())
+    rollout = synthetic_rollout(policy)
+    targets = compute_targets(rollout, cfg.algorithm, group_size=2)
+    # env 1 finished in chunk 0: its chunk 1 is masked; env 0 keeps both chunks
+    assert targets.mask.tolist() == [[True, True], [True, False]]
+    assert torch.allclose(targets.weights.sum(0), torch.ones(2))
+    # two trajectories in one group: advantages +-1/sqrt(2) * sign(score difference), broadcast to steps
+    assert torch.isclose(targets.advantages[0, 0], -targets.advantages[0, 1])
+    assert abs(float(targets.advantages[0, 0])) > 0.5 and targets.advantages[1, 1] == 0
+    opt, params = make_optimizer(policy, cfg)
+    before = _params(policy)
+    update_policy(policy, opt, params, rollout, targets, cfg, 0, torch.Generator().manual_seed(0))
+    assert any(not torch.equal(before[k], v) for k, v in _params(policy).items())
+
+
+def test_concatenated_rollouts_are_one_rollout_of_more_envs():
+    policy = policy_for(*tiny(value_type="chunk_level"))
+    a, b = synthetic_rollout(policy, seed=1), synthetic_rollout(policy, seed=2)
+    both = concat_rollouts([a, b])
+    assert both.num_envs == 4 and both.num_chunks == 2
+    assert np.array_equal(both.image[:, 2:], b.image) and both.instruction[1][2:] == b.instruction[1]
+    assert torch.equal(both.rewards[:, :2], a.rewards)
+    cfg = _cfg()
+    t = concat_targets([compute_targets(a, cfg.algorithm), compute_targets(b, cfg.algorithm)])
+    assert torch.equal(t.advantages[:, 2:], compute_targets(b, cfg.algorithm).advantages)
+    obs = both.obs(np.array([0, 1]), np.array([3, 2]))
+    assert obs["instruction"] == (b.instruction[0][1], b.instruction[1][0])
+    copy.deepcopy(both)  # plain data: picklable / copyable

@@ -1,0 +1,127 @@
+"""``vla-eval``: success of a trained policy, on one task or on every PutOnPlate OOD variant.
+
+    vla-eval --checkpoint runs/cpu_ppo_tiny_put_on_plate                  # the run's latest checkpoint
+    vla-eval --checkpoint runs/sft/tiny --task PutOnPlateInScene25Main-v3 --num-episodes 32
+    vla-eval --checkpoint runs/ppo --ood --num-episodes 8 --out runs/ppo/ood   # the OOD table
+    vla-eval --checkpoint runs/ppo --video runs/ppo/eval.mp4
+
+Each env runs exactly one episode per round (no auto-reset double counting); episodes start from
+seeded initial states that differ from training's. Both success notions are reported, labelled:
+``success_once`` (the task was solved at some step) and ``success_at_end`` (solved at the last step).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+
+def resolve_model_dir(path: Path) -> Path:
+    """A model folder from a model folder, a training checkpoint or a run folder (its latest)."""
+    from vla_trainer.checkpoint import latest_checkpoint
+
+    if (path / "config.json").is_file():
+        return path
+    if (path / "model" / "config.json").is_file():
+        return path / "model"
+    latest = latest_checkpoint(path)
+    if latest is not None and (latest / "model" / "config.json").is_file():
+        return latest / "model"
+    if (path / "adapter_config.json").is_file() or (path / "model" / "adapter_config.json").is_file():
+        raise FileNotFoundError(f"{path} holds LoRA adapters only; export a merged model first "
+                                "(vla_trainer.models.export_merged) and evaluate that")
+    raise FileNotFoundError(f"{path}: not a model folder (config.json), a training checkpoint (model/) "
+                            "or a run folder (checkpoints/latest)")
+
+
+def evaluate_tasks(policy, tasks: list[str], args, asset_meta: dict) -> list[dict]:
+    from vla_trainer.config.schema import EnvSplitConfig
+    from vla_trainer.evaluation import evaluate_policy
+    from vla_trainer.runner import make_env
+    from vla_envs.wrappers import RecordVideo
+
+    rows = []
+    for i, task in enumerate(tasks):
+        split = EnvSplitConfig(task=task, total_num_envs=args.num_envs, ignore_terminations=not args.terminate,
+                               vectorization=args.vectorization, env_kwargs=json.loads(args.env_kwargs))
+        env = make_env(split, policy.config.image_size, evaluation=True)
+        asset_meta.setdefault("asset_pack", getattr(env, "asset_pack", None))
+        run_env = RecordVideo(env, args.video, fps=5) if (args.video and i == 0) else env
+        try:
+            res = evaluate_policy(run_env, policy, args.num_episodes, seed=args.seed, greedy=args.greedy,
+                                  temperature=args.temperature, top_k=args.top_k or None)
+        finally:
+            run_env.close()
+        rows.append({"env_id": task, **res, "asset_pack": getattr(env, "asset_pack", None)})
+        print(f"{task}: success_once {res['success_once']:.3f}  success_at_end {res['success_at_end']:.3f}  "
+              f"({res['num_episodes']} episodes)", flush=True)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="vla-eval", description=__doc__.splitlines()[0])
+    p.add_argument("--checkpoint", type=Path, required=True,
+                   help="model folder, training checkpoint folder or run folder (latest checkpoint)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--task", default="PutOnPlateInScene25Main-v3", help="env id (default: %(default)s)")
+    g.add_argument("--ood", action="store_true", help="every PutOnPlateInScene25 variant, with category averages")
+    p.add_argument("--num-envs", type=int, default=4)
+    p.add_argument("--num-episodes", type=int, default=16, help="per task; a multiple of --num-envs")
+    p.add_argument("--greedy", action="store_true", help="most likely action instead of sampling")
+    p.add_argument("--temperature", type=float, default=0.6, help="sampling temperature (default: %(default)s)")
+    p.add_argument("--top-k", type=int, default=0, help="top-k sampling (0: off)")
+    p.add_argument("--terminate", action="store_true",
+                   help="end episodes at success (default: run to the time limit, so success_at_end is meaningful)")
+    p.add_argument("--env-kwargs", default="{}", help="JSON of extra gym.make arguments, e.g. '{\"low_poly\": true}'")
+    p.add_argument("--vectorization", default="pool", choices=("pool", "serial"))
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--video", type=Path, default=None, help="write a tiled video of the (first) task's episodes")
+    p.add_argument("--out", type=Path, default=None, help="folder for eval.json and eval.md")
+    args = p.parse_args(argv)
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if args.num_envs < 1 or args.num_episodes < 1 or args.num_episodes % args.num_envs:
+        print(f"error: --num-episodes ({args.num_episodes}) must be a positive multiple of --num-envs "
+              f"({args.num_envs})", file=sys.stderr)
+        return 2
+    if not args.temperature > 0:
+        print(f"error: --temperature must be > 0, got {args.temperature}", file=sys.stderr)
+        return 2
+    try:
+        json.loads(args.env_kwargs)
+    except json.JSONDecodeError as e:
+        print(f"error: --env-kwargs is not JSON: {e}", file=sys.stderr)
+        return 2
+    from vla_envs.tasks.put_on_plate.variants import VARIANTS, ood_table
+    from vla_trainer.models import VLAModelError, VLAPolicy, load_pretrained
+
+    try:
+        model_dir = resolve_model_dir(args.checkpoint)
+        model, tokenizer = load_pretrained(model_dir)
+        policy = VLAPolicy(model, tokenizer)
+        tasks = list(VARIANTS) if args.ood else [args.task]
+        meta: dict = {}
+        rows = evaluate_tasks(policy, tasks, args, meta)
+    except (FileNotFoundError, VLAModelError, ValueError, KeyError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    mode = "greedy" if args.greedy else f"temperature {args.temperature}"
+    header = (f"checkpoint: {model_dir}; asset pack: {meta.get('asset_pack')}; {args.num_episodes} episodes per task; "
+              f"{mode}; seed {args.seed}")
+    for r in rows:
+        r["category"] = VARIANTS[r["env_id"]].category if r["env_id"] in VARIANTS else "task"
+    averages, table = ood_table(rows, header)
+    print(table)
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "eval.md").write_text(table + "\n")
+        (args.out / "eval.json").write_text(json.dumps({"checkpoint": str(model_dir), "rows": rows,
+                                                         "averages": averages, "sampling": mode}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
