@@ -31,13 +31,14 @@ def evaluate_policy(env, policy, num_episodes: int, *, seed: int = 0, greedy: bo
             resets finished episodes itself (``auto_reset=True``).
     """
     n = env.num_envs
+    base = getattr(env, "unwrapped", env)  # wrappers (RecordVideo) do not forward the contract's attributes
     if num_episodes < 1 or num_episodes % n:
         raise ValueError(f"num_episodes={num_episodes} must be a positive multiple of num_envs={n}")
-    if getattr(env, "auto_reset", False):
+    if getattr(base, "auto_reset", False):
         raise ValueError("evaluation needs an env made with auto_reset=False (each episode counted once)")
     per_episode: dict[str, list[float]] = defaultdict(list)
     generator = torch.Generator().manual_seed(seed)
-    max_chunks = env.max_episode_steps // policy.chunk_size + 2
+    max_chunks = base.max_episode_steps // policy.chunk_size + 2
     for r in range(num_episodes // n):
         obs, _ = env.reset(seed=round_seed(seed, r))
         finished = np.zeros(n, bool)

@@ -180,6 +180,7 @@ def train(cfg: TrainConfig, run_dir: str | Path | None = None) -> TrainResult:
         optimizer.load_state_dict(state.pop("optimizer"))
         rollout_gen.set_state(state["rollout_gen"])
         update_gen.set_state(state["update_gen"])
+        torch.set_rng_state(state["torch_rng"])  # dropout, if the model has any
 
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(to_yaml(cfg))
@@ -263,10 +264,11 @@ def train(cfg: TrainConfig, run_dir: str | Path | None = None) -> TrainResult:
             periodic = cfg.runner.save_interval != -1 and (it + 1) % cfg.runner.save_interval == 0
             if periodic or last or out_of_time:
                 ckpt = save_train_checkpoint(run_dir, cfg, policy, optimizer, {
-                    **state, "rollout_gen": rollout_gen.get_state(), "update_gen": update_gen.get_state()})
-            bar.set_postfix({k: f"{record[v]:.2f}" for k, v in (("succ", "train/success_once"),
-                             ("eval", "eval/success_once"), ("fps", "throughput/env_frames_per_s"))
-                             if v in record})
+                    **state, "rollout_gen": rollout_gen.get_state(), "update_gen": update_gen.get_state(),
+                    "torch_rng": torch.get_rng_state()})
+            bar.set_postfix({k: f"{record[v]:.2f}" for k, v in (
+                ("succ", "train/success_once"), ("ret", "train/return"), ("eval", "eval/success_once"),
+                ("fps", "throughput/env_frames_per_s")) if v in record})
             if out_of_time:
                 bar.write(f"stopping after iteration {it + 1}: runner.max_wall_minutes="
                           f"{cfg.runner.max_wall_minutes} reached")

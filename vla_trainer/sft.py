@@ -126,13 +126,18 @@ def nll_loss(policy: VLAPolicy, inputs: PolicyInputs, tokens: torch.Tensor) -> t
 
 
 @torch.no_grad()
-def evaluate_samples(policy: VLAPolicy, samples: SFTSamples, tokens: torch.Tensor, batch_size: int) -> dict:
-    """Mean NLL and greedy token accuracy over all samples (eval mode)."""
+def evaluate_samples(policy: VLAPolicy, samples: SFTSamples, tokens: torch.Tensor, batch_size: int,
+                     max_samples: int | None = None) -> dict:
+    """Mean NLL and greedy token accuracy (eval mode) over all samples, or over an evenly spaced
+    subset of ``max_samples`` of them."""
     was_training = policy.model.training
     policy.model.eval()
     nll_sum, correct, count = 0.0, 0, 0
-    for start in range(0, len(samples), batch_size):
-        idx = np.arange(start, min(start + batch_size, len(samples)))
+    chosen = np.arange(len(samples))
+    if max_samples is not None and len(samples) > max_samples:
+        chosen = np.linspace(0, len(samples) - 1, max_samples).round().astype(int)
+    for start in range(0, len(chosen), batch_size):
+        idx = chosen[start:start + batch_size]
         inputs = policy.prepare(samples.obs(idx))
         target = tokens[idx].to(policy.device)
         ev = policy.evaluate(inputs, target, temperature=1.0, top_k=None)
@@ -169,6 +174,7 @@ def train_sft(
     max_grad_norm: float = 1.0,
     weight_decay: float = 0.0,
     progress: bool = True,
+    eval_samples: int | None = 512,
 ) -> dict:
     """Behaviour cloning of the demos in ``demo_dir``: minimises the target tokens' mean NLL.
 
@@ -177,8 +183,8 @@ def train_sft(
 
     Returns:
         ``{"initial_loss", "final_loss", "initial_token_accuracy", "final_token_accuracy",
-        "num_samples", "steps", "checkpoint"}``; losses and accuracies are over the whole
-        training set, in eval mode, before and after training.
+        "num_samples", "steps", "checkpoint"}``; losses and accuracies are measured in eval mode
+        before and after training, on ``eval_samples`` evenly spaced training samples (None: all).
     """
     if steps < 1 or batch_size < 1 or lr <= 0:
         raise ValueError(f"steps, batch_size and lr must be positive; got {steps}, {batch_size}, {lr}")
@@ -190,7 +196,7 @@ def train_sft(
     samples.image = resize_images(samples.image, policy.config.image_size)
     tokens = target_token_ids(policy, samples.action_chunk)
 
-    before = evaluate_samples(policy, samples, tokens, batch_size)
+    before = evaluate_samples(policy, samples, tokens, batch_size, eval_samples)
 
     params = [p for p in policy.model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
@@ -219,7 +225,7 @@ def train_sft(
                       f"grad_norm {grad_norm:.3f}")
     policy.model.eval()
 
-    after = evaluate_samples(policy, samples, tokens, batch_size)
+    after = evaluate_samples(policy, samples, tokens, batch_size, eval_samples)
     metrics = {
         "initial_loss": before["loss"],
         "final_loss": after["loss"],

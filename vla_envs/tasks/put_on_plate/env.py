@@ -198,7 +198,12 @@ class PutOnPlateInScene25Env(BaseEnv):
                 phase = self.episode_id[idx].double()[:, None] * torch.arange(1, 8, dtype=torch.float64) * 0.7071
                 qpos[:, :7] += (torch.sin(phase) * self.variant.init_qpos_noise_rad).float()
             self.agent.reset(qpos)
-            self.agent.robot.set_pose(PANDA_BASE)
+            # the joint drives still aim at the previous episode's last targets: during the settle
+            # below they would pull the arm back there, so every episode after the first would
+            # start from where the last one ended
+            robot = self.agent.robot
+            robot.set_joint_drive_targets(qpos, joints=robot.get_active_joints())
+            robot.set_pose(PANDA_BASE)
         self._settle(0.5)
         self._sleep_parked()
         self._record_bboxes(idx)
