@@ -95,12 +95,13 @@ def cmd_rl(args: argparse.Namespace) -> int:
 
     try:
         result = train(cfg, run_dir=args.run_dir)
-    except ConfigError as e:
+    except (ConfigError, FileNotFoundError, VLAModelError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except (FileNotFoundError, VLAModelError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    except KeyboardInterrupt:
+        print("interrupted: envs closed; resume with runner.resume_dir=auto (same --run-dir) from the last "
+              "checkpoint", file=sys.stderr)
+        return 130
     except NonFiniteLossError as e:
         print(f"error: training stopped: {e}. The last good checkpoint (if any) is untouched; "
               "lower actor.optim.lr or check the rewards.", file=sys.stderr)

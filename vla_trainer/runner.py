@@ -211,8 +211,10 @@ def train(cfg: TrainConfig, run_dir: str | Path | None = None) -> TrainResult:
     interval = cfg.runner.val_check_interval
     t_start = time.perf_counter() - state["wall_time_s"]
     last_eval, ckpt = None, None
-    bar = tqdm(range(start_iter, cfg.runner.max_epochs), desc="train", initial=start_iter,
-               total=cfg.runner.max_epochs, disable=not cfg.runner.progress_bar, dynamic_ncols=True)
+    # a wall-time budget usually ends the run first: then an iteration count is all the bar can show
+    total = cfg.runner.max_epochs if cfg.runner.max_wall_minutes is None else None
+    bar = tqdm(range(start_iter, cfg.runner.max_epochs), desc="train", initial=start_iter, total=total,
+               disable=not cfg.runner.progress_bar, dynamic_ncols=True, unit="iter")
     try:
         if interval != -1 and start_iter == 0:
             t0 = time.perf_counter()
