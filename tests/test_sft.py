@@ -116,6 +116,13 @@ def test_loss_decreases_and_accuracy_increases(trained):
     assert m["final_token_accuracy"] > m["initial_token_accuracy"] + 0.1, m
 
 
+def test_action_error_is_reported_against_the_zero_action(trained, demos):
+    _, m, _ = trained
+    chunks = build_samples(demos, chunk_size=trained[0].chunk_size).action_chunk
+    assert m["action_l1_of_zero"] == pytest.approx(float(np.abs(chunks).mean()), rel=1e-5)
+    assert 0.0 <= m["final_action_l1"] < 2.0
+
+
 def test_checkpoint_reloads_identically(trained):
     policy, metrics, out = trained
     assert json.loads((out / "sft_metrics.json").read_text())["final_loss"] == metrics["final_loss"]

@@ -4,6 +4,7 @@ two PPO and two GRPO iterations, exact resume, resume refused for another config
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -75,21 +76,20 @@ def test_two_iterations_learn_log_and_checkpoint(recipe, tmp_path):
 
 
 def test_resume_continues_exactly_and_refuses_another_config(tmp_path):
-    base = [*SMALL, "runner.val_check_interval=-1", "runner.save_interval=1"]
-    straight = train(load_config("cpu_ppo_tiny_put_on_plate", [*base, "runner.max_epochs=2"]), run_dir=tmp_path / "a")
-    train(load_config("cpu_ppo_tiny_put_on_plate", [*base, "runner.max_epochs=1"]), run_dir=tmp_path / "b")
-    resumed = train(load_config("cpu_ppo_tiny_put_on_plate",
-                                [*base, "runner.max_epochs=2", "runner.resume_dir=auto"]), run_dir=tmp_path / "b")
+    base = [*SMALL, "runner.val_check_interval=-1", "runner.save_interval=1", "runner.max_epochs=2"]
+    straight = train(load_config("cpu_ppo_tiny_put_on_plate", base), run_dir=tmp_path / "a")
+    # a copy of the run resumed from its first checkpoint: iteration 2 is run again
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    first = tmp_path / "b" / "checkpoints" / "iter_000001"
+    resumed = train(load_config("cpu_ppo_tiny_put_on_plate", [*base, f"runner.resume_dir={first}"]),
+                    run_dir=tmp_path / "b")
     assert resumed.iterations == 2
-    # iteration 1 ran from fresh envs in both runs: bit-identical
-    a1, b1 = _weights(straight.run_dir, 1), _weights(resumed.run_dir, 1)
-    assert all(torch.equal(a1[k], b1[k]) for k in a1)
-    # iteration 2: the resumed run restored model, optimizer and generators; its env is fresh while
-    # the straight run's had run an iteration (CPU PhysX keeps contact history across resets,
-    # which moves a few pixels of the first frames), so it matches to float tolerance
-    a, b = _weights(straight.run_dir, 2), _weights(resumed.run_dir, 2)
-    assert a.keys() == b.keys()
-    assert any(not torch.equal(a1[k], a[k]) for k in a)
+    assert [r["iteration"] for r in read_metrics(resumed.run_dir)] == [1, 2]  # the re-run record replaced
+    # model, optimizer and generators come from the checkpoint; the env is fresh while the straight
+    # run's had run an iteration (CPU PhysX keeps contact history across resets, which moves a few
+    # pixels of the first frames), so the result matches to float tolerance
+    a1, a, b = _weights(straight.run_dir, 1), _weights(straight.run_dir, 2), _weights(resumed.run_dir, 2)
+    assert a.keys() == b.keys() and any(not torch.equal(a1[k], a[k]) for k in a)
     for k in a:
         torch.testing.assert_close(b[k], a[k], rtol=0, atol=1e-5)
     ra, rb = read_metrics(straight.run_dir)[-1], read_metrics(resumed.run_dir)[-1]

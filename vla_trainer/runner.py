@@ -184,6 +184,9 @@ def train(cfg: TrainConfig, run_dir: str | Path | None = None) -> TrainResult:
 
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(to_yaml(cfg))
+    if resume_from is not None:  # iterations logged after the checkpoint are run again: drop their records
+        kept = [r for r in read_metrics(run_dir) if r["iteration"] <= state["iteration"]]
+        write_text_atomic(run_dir / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in kept))
     logger = MetricLogger(run_dir, cfg.runner.logger.logger_backends, cfg.runner.logger.experiment_name, to_dict(cfg))
     sp = cfg.algorithm.sampling_params
     top_k = sp.top_k or None

@@ -128,11 +128,15 @@ def nll_loss(policy: VLAPolicy, inputs: PolicyInputs, tokens: torch.Tensor) -> t
 @torch.no_grad()
 def evaluate_samples(policy: VLAPolicy, samples: SFTSamples, tokens: torch.Tensor, batch_size: int,
                      max_samples: int | None = None) -> dict:
-    """Mean NLL and greedy token accuracy (eval mode) over all samples, or over an evenly spaced
-    subset of ``max_samples`` of them."""
+    """Mean NLL, greedy token accuracy and greedy action L1 error (eval mode) over all samples, or
+    over an evenly spaced subset of ``max_samples`` of them.
+
+    ``action_l1_of_zero`` is the L1 error of always predicting a zero action: a policy whose
+    ``action_l1`` is no better has learned the actions' mode, not to react to what it sees
+    (token accuracy alone hides this when most target actions are near zero)."""
     was_training = policy.model.training
     policy.model.eval()
-    nll_sum, correct, count = 0.0, 0, 0
+    nll_sum, correct, count, l1_sum, l1_zero_sum = 0.0, 0, 0, 0.0, 0.0
     chosen = np.arange(len(samples))
     if max_samples is not None and len(samples) > max_samples:
         chosen = np.linspace(0, len(samples) - 1, max_samples).round().astype(int)
@@ -141,12 +145,17 @@ def evaluate_samples(policy: VLAPolicy, samples: SFTSamples, tokens: torch.Tenso
         inputs = policy.prepare(samples.obs(idx))
         target = tokens[idx].to(policy.device)
         ev = policy.evaluate(inputs, target, temperature=1.0, top_k=None)
-        greedy = policy.act(inputs, greedy=True).action_token_ids
+        sample = policy.act(inputs, greedy=True)
+        greedy = sample.action_token_ids
         nll_sum += float(-ev.log_probs.sum())
         correct += int((greedy == target).sum())
         count += target.numel()
+        expert = torch.as_tensor(samples.action_chunk[idx])
+        l1_sum += float((sample.actions.cpu() - expert).abs().sum())
+        l1_zero_sum += float(expert.abs().sum())
     policy.model.train(was_training)
-    return {"loss": nll_sum / count, "token_accuracy": correct / count}
+    return {"loss": nll_sum / count, "token_accuracy": correct / count,
+            "action_l1": l1_sum / count, "action_l1_of_zero": l1_zero_sum / count}
 
 
 def save_checkpoint(policy: VLAPolicy, out_dir: str | Path, metrics: dict | None = None) -> Path:
@@ -183,6 +192,7 @@ def train_sft(
 
     Returns:
         ``{"initial_loss", "final_loss", "initial_token_accuracy", "final_token_accuracy",
+        "final_action_l1", "action_l1_of_zero",
         "num_samples", "steps", "checkpoint"}``; losses and accuracies are measured in eval mode
         before and after training, on ``eval_samples`` evenly spaced training samples (None: all).
     """
@@ -231,6 +241,8 @@ def train_sft(
         "final_loss": after["loss"],
         "initial_token_accuracy": before["token_accuracy"],
         "final_token_accuracy": after["token_accuracy"],
+        "final_action_l1": after["action_l1"],
+        "action_l1_of_zero": after["action_l1_of_zero"],
         "num_samples": len(samples),
         "steps": steps,
         "checkpoint": None,
