@@ -56,8 +56,11 @@ def write_text_atomic(path: str | Path, text: str) -> None:
 
 def save_model(policy, directory: Path) -> None:
     """The policy's weights (adapters for a peft model) and tokenizer into ``directory``."""
+    from transformers.utils import logging as hf_logging
+
     from .models import save_lora
 
+    hf_logging.disable_progress_bar()  # one "Writing model shards" bar per checkpoint would bury the training bar
     if hasattr(policy.model, "get_base_model"):
         save_lora(policy.model, directory)
     else:
