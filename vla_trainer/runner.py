@@ -216,7 +216,8 @@ def train(cfg: TrainConfig, run_dir: str | Path | None = None) -> TrainResult:
     last_eval, ckpt = None, None
     # a wall-time budget usually ends the run first: then an iteration count is all the bar can show
     total = cfg.runner.max_epochs if cfg.runner.max_wall_minutes is None else None
-    bar = tqdm(range(start_iter, cfg.runner.max_epochs), desc="train", initial=start_iter, total=total,
+    iterations = range(start_iter, cfg.runner.max_epochs)
+    bar = tqdm(iterations if total else iter(iterations), desc="train", initial=start_iter, total=total,
                disable=not cfg.runner.progress_bar, dynamic_ncols=True, unit="iter")
     try:
         if interval != -1 and start_iter == 0:
