@@ -38,7 +38,7 @@ def _weights(run_dir, iteration):
 
 
 def _initial_weights(cfg):
-    from vla_trainer.runner import build_policy
+    from vla_trainer.build import build_policy
 
     return {k: v.detach().clone() for k, v in build_policy(cfg).model.state_dict().items()}
 

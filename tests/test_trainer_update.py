@@ -13,7 +13,7 @@ from tiny_vla import make_obs, policy_for, tiny
 from vla_trainer.advantages import compute_targets, concat_targets
 from vla_trainer.config import load_config
 from vla_trainer.rollout import Rollout, concat_rollouts
-from vla_trainer.runner import make_optimizer
+from vla_trainer.build import make_optimizer
 from vla_trainer.update import NonFiniteLossError, update_policy
 
 

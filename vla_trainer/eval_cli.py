@@ -40,7 +40,7 @@ def resolve_model_dir(path: Path) -> Path:
 def evaluate_tasks(policy, tasks: list[str], args, asset_meta: dict) -> list[dict]:
     from vla_trainer.config.schema import EnvSplitConfig
     from vla_trainer.evaluation import evaluate_policy
-    from vla_trainer.runner import make_env
+    from vla_trainer.build import make_env
     from vla_envs.wrappers import RecordVideo
 
     rows = []

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from typing import Callable
 
 import torch
 
@@ -69,8 +70,17 @@ def _weight_sum(mask: torch.Tensor, weights: torch.Tensor | None) -> float:
 
 def update_policy(policy: VLAPolicy, optimizer: torch.optim.Optimizer, params: list[torch.nn.Parameter],
                   rollout: Rollout, targets: Targets, cfg: TrainConfig, iteration: int,
-                  generator: torch.Generator, ref_policy: VLAPolicy | None = None) -> dict:
-    """Runs the update and returns mean metrics (losses, clip fractions, KL, grad norm)."""
+                  generator: torch.Generator, ref_policy: VLAPolicy | None = None, *,
+                  rank: int = 0, world_size: int = 1,
+                  all_reduce: Callable[[torch.Tensor], None] | None = None) -> dict:
+    """Runs the update and returns mean metrics (losses, clip fractions, KL, grad norm).
+
+    Data parallel: with ``world_size`` > 1 every rank holds the same rollout and model, runs
+    micro-batches ``rank, rank + world_size, ...`` of each global batch, and ``all_reduce``
+    (an in-place sum over ranks of one flat tensor) adds the gradients before the step. Loss
+    denominators are the global batch's, so the summed gradient equals one process's; every
+    rank then takes the same step. Metrics are this rank's share (``merge_rank_metrics``).
+    """
     alg, actor = cfg.algorithm, cfg.actor
     sp = alg.sampling_params
     top_k = sp.top_k or None
@@ -79,6 +89,9 @@ def update_policy(policy: VLAPolicy, optimizer: torch.optim.Optimizer, params: l
     if B % G or G % M:
         raise ValueError(f"actor.global_batch_size={G} must divide the {B} samples and be a multiple of "
                          f"actor.micro_batch_size={M}")
+    if (G // M) % world_size:
+        raise ValueError(f"the {G // M} micro-batches of a global batch must split evenly over {world_size} "
+                         "actor workers (actor.global_batch_size / actor.micro_batch_size)")
     train_actor = actor_should_update(iteration, actor.optim.critic_warmup_steps)
     use_critic = alg.loss_type == "actor_critic"
     C = rollout.rewards.shape[-1]
@@ -97,7 +110,8 @@ def update_policy(policy: VLAPolicy, optimizer: torch.optim.Optimizer, params: l
             value_mask = targets.mask[fields[0], fields[1]]
             denom_v = max(float(value_mask.sum()), 1e-8)
             optimizer.zero_grad(set_to_none=True)
-            for m0 in range(0, G, M):
+            bad = None
+            for m0 in range(rank * M, G, M * world_size):
                 idx = batch[m0:m0 + M]
                 t, n, valid, mask, weights, token_mask = _batch_fields(rollout, targets, idx, alg.logprob_type)
                 inputs = policy.prepare(rollout.obs(t.numpy(), n.numpy()))
@@ -134,11 +148,16 @@ def update_policy(policy: VLAPolicy, optimizer: torch.optim.Optimizer, params: l
                     logs["critic/value_loss"].append(vl.loss.item())
                     logs["critic/value_clipfrac"].append(float(vl.clipfrac) * M / G)
                 if not torch.isfinite(loss):
-                    raise NonFiniteLossError(
-                        f"the loss became {float(loss)} at iteration {iteration} (policy/value terms: "
-                        f"{ {k: v[-1] for k, v in logs.items() if v} }); no optimizer step was taken")
+                    bad = (f"the loss became {float(loss.detach())} at iteration {iteration} (policy/value terms: "
+                           f"{ {k: v[-1] for k, v in logs.items() if v} }); no optimizer step was taken")
+                    break
                 if loss.requires_grad:
                     loss.backward()
+            if all_reduce is not None:  # every rank joins, also one that hit a bad loss (no rank hangs)
+                bad = _reduce_gradients(params, all_reduce, bad, iteration)
+            if bad is not None:
+                optimizer.zero_grad(set_to_none=True)
+                raise NonFiniteLossError(bad)
             if not train_actor:  # warm-up: the value loss's gradient reaches the backbone too; keep only the head's
                 for group in optimizer.param_groups:
                     if group.get("name") != "value_head":
@@ -159,8 +178,41 @@ def update_policy(policy: VLAPolicy, optimizer: torch.optim.Optimizer, params: l
     for key, vals in logs.items():
         if not vals:
             continue
-        summed = key in ("actor/policy_loss", "critic/value_loss", "actor/clipfrac", "actor/approx_kl",
-                         "actor/entropy", "actor/kl_ref", "critic/value_clipfrac")
+        summed = key in SUMMED_METRICS
         out[key] = sum(vals) / steps if summed else (max(vals) if key.endswith("_max") else sum(vals) / len(vals))
     out["actor/trained"] = float(train_actor)
     return out
+
+
+SUMMED_METRICS = ("actor/policy_loss", "critic/value_loss", "actor/clipfrac", "actor/approx_kl",
+                  "actor/entropy", "actor/kl_ref", "critic/value_clipfrac")
+"""Metrics that are sums of micro-batch shares: each rank holds part of the sum."""
+
+
+def merge_rank_metrics(per_rank: list[dict]) -> dict:
+    """The metrics of one data-parallel update from each rank's ``update_policy`` result."""
+    out = {}
+    for key in per_rank[0]:
+        vals = [m[key] for m in per_rank if key in m]
+        out[key] = sum(vals) if key in SUMMED_METRICS else (max(vals) if key.endswith("_max")
+                                                             else sum(vals) / len(vals))
+    return out
+
+
+def _reduce_gradients(params: list[torch.nn.Parameter], all_reduce: Callable[[torch.Tensor], None],
+                      bad: str | None, iteration: int) -> str | None:
+    """Sums gradients over ranks in one flat buffer (one collective, not one per tensor) and
+    whether any rank saw a non-finite loss; returns the error every rank then raises."""
+    for p in params:
+        if p.grad is None:  # every rank must contribute the same layout
+            p.grad = torch.zeros_like(p)
+    flag = torch.tensor([float(bad is not None)], device=params[0].device)
+    flat = torch.cat([p.grad.reshape(-1).float() for p in params] + [flag])
+    all_reduce(flat)
+    offset = 0
+    for p in params:
+        p.grad.copy_(flat[offset:offset + p.numel()].view_as(p.grad))
+        offset += p.numel()
+    if flat[-1] > 0 and bad is None:
+        bad = f"the loss became non-finite on another actor worker at iteration {iteration}; no optimizer step was taken"
+    return bad

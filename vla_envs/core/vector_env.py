@@ -70,7 +70,11 @@ class ChunkVectorEnv(VectorEnv, gym.Env):
         action_out_of_range: ``"clip"`` (default) clips actions to [-1, 1];
             ``"raise"`` rejects them with a ValueError.
         time_limit: override the task's time limit (steps per episode); the value in force
-            is ``env.max_episode_steps``. (Not ``max_episode_steps=``: ``gym.make`` takes that
+            is ``env.max_episode_steps``.
+        first_env_index: global index of this batch's env 0 when it is one slice of a larger
+            batch (a pipeline stage, a worker's share). Initial-state ids are drawn per env
+            (per group with ``use_fixed_reset_state_ids``) from the reset seed and the global
+            index, so a slice draws exactly what the same envs of one big batch would. (Not ``max_episode_steps=``: ``gym.make`` takes that
             name for its own single-env TimeLimit wrapper.)
 
     Example:
@@ -94,6 +98,7 @@ class ChunkVectorEnv(VectorEnv, gym.Env):
         group_size: int = 1,
         action_out_of_range: OutOfRange = "clip",
         time_limit: int | None = None,
+        first_env_index: int = 0,
     ):
         self.backend = backend
         n = backend.num_envs
@@ -114,6 +119,9 @@ class ChunkVectorEnv(VectorEnv, gym.Env):
             raise ValueError(
                 f"group_size={group_size!r} must be a positive integer dividing num_envs={n}"
             )
+        if not isinstance(first_env_index, (int, np.integer)) or first_env_index < 0 or first_env_index % group_size:
+            raise ValueError(f"first_env_index={first_env_index!r} must be a non-negative multiple of "
+                             f"group_size={group_size}")
         if time_limit is not None and (not isinstance(time_limit, (int, np.integer)) or time_limit < 1):
             raise ValueError(f"time_limit={time_limit!r} must be a positive integer (steps)")
 
@@ -151,7 +159,8 @@ class ChunkVectorEnv(VectorEnv, gym.Env):
         self._success_once = np.zeros(n, bool)
         self._last_success = np.zeros(n, bool)
         self._state_id = np.full(n, -1, np.int64)
-        self._rng = np.random.default_rng()
+        self.first_env_index = int(first_env_index)
+        self._seed_rngs(None)
         self._episode_index = np.zeros(n, np.int64)
         self._group_ids: list[list[int]] = [[] for _ in range(n // self.group_size)]
         self._group_base = np.zeros(n // self.group_size, np.int64)
@@ -184,7 +193,7 @@ class ChunkVectorEnv(VectorEnv, gym.Env):
                     f"seed must be an int or None, got {type(seed).__name__}; one seed drives "
                     "every env's initial state"
                 )
-            self._rng = np.random.default_rng(int(seed))
+            self._seed_rngs(int(seed))
             self._episode_index[:] = 0
             self._group_ids = [[] for _ in self._group_ids]
             self._group_base[:] = 0
@@ -193,6 +202,15 @@ class ChunkVectorEnv(VectorEnv, gym.Env):
         env_ids = np.flatnonzero(mask)
         self._reset_envs(env_ids, pinned[env_ids])
         return self._current_obs(), {"state_id": self._state_id.copy()}
+
+    def _seed_rngs(self, seed: int | None) -> None:
+        # one generator per env (per group with fixed ids), keyed by the global index
+        root = np.random.SeedSequence(seed)
+        first, n, g = self.first_env_index, self.num_envs, self.group_size
+        child = lambda kind, i: np.random.default_rng(  # noqa: E731
+            np.random.SeedSequence(root.entropy, spawn_key=(kind, i)))
+        self._env_rngs = [child(0, first + i) for i in range(n)]
+        self._group_rngs = [child(1, first // g + j) for j in range(n // g)]
 
     def _check_reset_mask(self, mask: Any) -> np.ndarray:
         n = self.num_envs
@@ -232,12 +250,12 @@ class ChunkVectorEnv(VectorEnv, gym.Env):
             if ids[pos] >= 0:
                 continue
             if not self.use_fixed_reset_state_ids:
-                ids[pos] = self._rng.integers(k)
+                ids[pos] = self._env_rngs[i].integers(k)
                 continue
             g = i // self.group_size
             drawn = self._group_ids[g]
             while self._group_base[g] + len(drawn) <= episode:
-                drawn.append(int(self._rng.integers(k)))
+                drawn.append(int(self._group_rngs[g].integers(k)))
             ids[pos] = drawn[episode - self._group_base[g]]
             # Forget ids every member of the group has already used.
             members = self._episode_index[g * self.group_size:(g + 1) * self.group_size]

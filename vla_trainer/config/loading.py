@@ -27,6 +27,7 @@ CHOICES = {
     "actor.model.precision": ("fp32",),
     "env.train.vectorization": ("pool", "serial"),
     "env.eval.vectorization": ("pool", "serial"),
+    "cluster.runtime": ("ray", "local"),
 }
 LOGGER_BACKENDS = ("tensorboard", "wandb")
 
@@ -171,6 +172,7 @@ def validate(cfg: TrainConfig) -> None:
         "actor.model.precision": cfg.actor.model.precision,
         "env.train.vectorization": cfg.env.train.vectorization,
         "env.eval.vectorization": cfg.env.eval.vectorization,
+        "cluster.runtime": cfg.cluster.runtime,
     }
     for key, value in values.items():
         _check(value in CHOICES[key], key, f"{value!r} is not one of {', '.join(map(repr, CHOICES[key]))}")
@@ -254,7 +256,14 @@ def validate(cfg: TrainConfig) -> None:
            f"must be >= 1 or -1 (never), got {r.val_check_interval}")
     _check(r.save_interval == -1 or r.save_interval >= 1, "runner.save_interval",
            f"must be >= 1 or -1 (only at the end), got {r.save_interval}")
-    placement_mode(cfg)
+    c = cfg.cluster
+    _check(c.num_nodes >= 1, "cluster.num_nodes", f"must be >= 1, got {c.num_nodes}")
+    _check(c.num_devices is None or c.num_devices >= 1, "cluster.num_devices",
+           f"must be >= 1 or null (auto), got {c.num_devices}")
+    mode = placement_mode(cfg)
+    _check(c.runtime == "ray" or mode == "colocated", "cluster.runtime",
+           f"'local' runs every component in one process, which is the colocated layout; the "
+           f"{mode} placement needs cluster.runtime=ray")
 
 
 def check_batch_sizes(cfg: TrainConfig, chunk_size: int) -> int:

@@ -30,6 +30,15 @@ class ComponentPlacement:
 class ClusterConfig:
     num_nodes: int = 1
     component_placement: ComponentPlacement = field(default_factory=ComponentPlacement)
+    runtime: str = "ray"
+    """``ray``: env, rollout and actor workers are Ray actors placed by ``component_placement``;
+    ``local``: all three in this process (colocated only; no Ray)."""
+    num_devices: Optional[int] = None
+    """Device ids per node. None: the visible GPUs, or the usable CPU cores without a GPU. On
+    CPU a larger value oversubscribes: device ``d`` runs on core ``d * cores // num_devices``."""
+    ray_address: Optional[str] = None
+    """An existing Ray cluster (``auto`` or ``host:port``); None: ``RAY_ADDRESS`` if set, else a
+    single-node Ray started here and shut down at the end."""
 
 
 @dataclass

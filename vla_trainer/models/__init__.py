@@ -24,9 +24,11 @@ from .oft import OpenVLAOFTForActionPrediction
 from .openvla import OpenVLAForActionPrediction
 from .policy import ActionEvaluation, ActionSample, Policy, PolicyInputs, VLAPolicy, param_groups
 from .presets import PRESETS, build_config, build_model, build_tokenizer
+from .sampling import EnvGenerators
 from .tokenizer import build_byte_tokenizer, tokenize_prompts
 
 __all__ = [
+    "EnvGenerators",
     "ActionEvaluation",
     "ActionSample",
     "ActionTokenizer",

@@ -133,7 +133,7 @@ def param_groups(model, lr: float, value_lr: float) -> list[dict]:
 def check_images(images: Any, image_size: int, n: int, key: str = "image") -> torch.Tensor:
     """uint8 ``[n, image_size, image_size, 3]`` as a tensor, or InvalidInputError saying what is wrong."""
     if isinstance(images, np.ndarray):
-        images = torch.from_numpy(np.ascontiguousarray(images))
+        images = torch.from_numpy(np.require(images, requirements=["C", "W"]))  # Ray hands read-only arrays
     if not isinstance(images, torch.Tensor):
         raise InvalidInputError(
             f"obs[{key!r}] must be a numpy array or torch tensor, got {type(images).__name__}"

@@ -8,6 +8,9 @@ Logits here are already restricted to the action ids (index ``j`` is token
 
 from __future__ import annotations
 
+from typing import Sequence
+
+import numpy as np
 import torch
 
 from .errors import InvalidInputError
@@ -34,8 +37,46 @@ def processed_logits(action_logits: torch.Tensor, temperature: float, top_k: int
     return logits
 
 
-def sample_indices(logits: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-    """One draw per row of ``softmax(logits)``. Shapes: ``[..., n_bins]`` -> int64 ``[...]``."""
+class EnvGenerators:
+    """One random generator per env (the leading dim of a batch).
+
+    An env's draws then depend only on its own generator, never on which other envs share the
+    forward pass: a rollout split into pipeline stages or across workers samples exactly the
+    actions one big batch would. Seeded per (run seed, rollout key, global env index).
+    """
+
+    def __init__(self, generators: Sequence[torch.Generator]):
+        self.generators = list(generators)
+
+    @classmethod
+    def seeded(cls, seed: int, key: Sequence[int], env_indices: Sequence[int]) -> "EnvGenerators":
+        def one(i: int) -> torch.Generator:
+            state = np.random.SeedSequence([int(seed), *map(int, key), int(i)]).generate_state(2, np.uint64)[0]
+            return torch.Generator().manual_seed(int(state) >> 1)
+
+        return cls([one(i) for i in env_indices])
+
+    def subset(self, rows: Sequence[int]) -> "EnvGenerators":
+        """The generators of ``rows`` (positions in this batch); shared, not copied."""
+        return EnvGenerators([self.generators[int(r)] for r in rows])
+
+    def gumbel(self, shape: torch.Size, device: torch.device) -> torch.Tensor:
+        """Standard Gumbel noise ``[N, *shape[1:]]``, row ``i`` drawn from generator ``i``."""
+        if shape[0] != len(self.generators):
+            raise ValueError(f"batch of {shape[0]} envs but {len(self.generators)} generators")
+        u = torch.stack([torch.rand(shape[1:], generator=g) for g in self.generators]).to(device)
+        u = u.clamp_(torch.finfo(u.dtype).tiny, 1.0 - torch.finfo(u.dtype).eps)
+        return -torch.log(-torch.log(u))
+
+
+def sample_indices(logits: torch.Tensor, generator: torch.Generator | EnvGenerators | None = None) -> torch.Tensor:
+    """One draw per row of ``softmax(logits)``. Shapes: ``[..., n_bins]`` -> int64 ``[...]``.
+
+    With ``EnvGenerators`` the draw is Gumbel-max (``argmax(logits + G)``, exactly a softmax
+    sample; -inf logits stay impossible) with noise from each env's own generator.
+    """
+    if isinstance(generator, EnvGenerators):
+        return (logits.float() + generator.gumbel(logits.shape, logits.device)).argmax(-1)
     probs = torch.softmax(logits, dim=-1)
     flat = probs.reshape(-1, probs.shape[-1])
     return torch.multinomial(flat, 1, generator=generator).view(probs.shape[:-1])

@@ -1,0 +1,89 @@
+"""Building the trainer's parts from a recipe: the policy, the envs, the optimizer, the seeds.
+
+Shared by the in-process runtime and the Ray workers, so both build exactly the same things.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .config.schema import EnvSplitConfig, TrainConfig
+
+
+def build_policy(cfg: TrainConfig, resume_model_dir: Path | None = None):
+    """The policy of ``actor.model`` (from a preset or a saved folder), with value head and LoRA
+    as configured; ``resume_model_dir`` replaces its weights with a checkpoint's."""
+    from .models import VLAPolicy, apply_lora, build_model, load_lora, load_pretrained
+
+    m = cfg.actor.model
+    value_type = None
+    if cfg.algorithm.loss_type == "actor_critic":
+        value_type = cfg.algorithm.value_type or cfg.algorithm.reward_type
+    torch.manual_seed(cfg.actor.seed)  # a value head missing from a saved model is initialised from this
+    full_resume = resume_model_dir is not None and not m.is_lora
+    if full_resume:
+        model, tokenizer = load_pretrained(resume_model_dir, value_type=value_type)
+    elif m.model_path is not None:
+        model, tokenizer = load_pretrained(m.model_path, value_type=value_type)
+    else:
+        model, tokenizer = build_model(m.preset, seed=cfg.actor.seed, value_type=value_type)
+        if tokenizer is None:
+            raise ValueError(f"actor.model.preset={m.preset!r} has no built-in tokenizer; set "
+                             "actor.model.model_path to a saved checkpoint folder")
+    if m.is_lora:
+        model = load_lora(model, resume_model_dir) if resume_model_dir is not None else apply_lora(model, m.lora_rank)
+    model.eval()
+    return VLAPolicy(model, tokenizer, unnorm_key=m.unnorm_key)
+
+
+def make_env(split: EnvSplitConfig, image_size: int, *, group_size: int = 1, evaluation: bool = False,
+             num_envs: int | None = None, first_env_index: int = 0, vectorization: str | None = None):
+    """The vectorized env of ``env.train`` / ``env.eval`` at the model's image size.
+
+    ``num_envs`` / ``first_env_index``: only envs ``[first, first + num_envs)`` of the split (a
+    worker's pipeline stage); they start from the initial states the whole batch would give them.
+    """
+    import gymnasium as gym
+
+    import vla_envs  # noqa: F401  (registers the ids)
+    from vla_envs.registry import get_task
+
+    get_task(split.task)  # unknown id: error with close matches, before any work
+    kwargs = dict(split.env_kwargs)
+    kwargs.update(
+        image_size=image_size,
+        auto_reset=False if evaluation else split.auto_reset,
+        ignore_terminations=split.ignore_terminations,
+        use_fixed_reset_state_ids=split.use_fixed_reset_state_ids,
+        group_size=1 if evaluation else group_size,
+        vectorization=vectorization or split.vectorization,
+        first_env_index=first_env_index,
+    )
+    if split.max_episode_steps is not None:
+        kwargs["time_limit"] = split.max_episode_steps
+    return gym.make(split.task, num_envs=num_envs or split.total_num_envs, **kwargs)
+
+
+def iteration_seed(seed: int, iteration: int) -> int:
+    """The env reset seed of training iteration ``iteration``."""
+    return int(np.random.SeedSequence([seed, iteration]).generate_state(1)[0])
+
+
+def rollout_key(iteration: int, rollout_epoch: int, k: int) -> int:
+    """Index of the ``k``-th rollout of training iteration ``iteration``: it seeds the env resets
+    and every env's sampling generator, so a rollout depends on nothing that came before."""
+    return iteration * rollout_epoch + k
+
+
+def make_optimizer(policy, cfg: TrainConfig) -> tuple[torch.optim.Optimizer, list[torch.nn.Parameter]]:
+    o = cfg.actor.optim
+    groups = policy.param_groups(o.lr, o.value_lr)
+    params = [p for g in groups for p in g["params"]]
+    optimizer = torch.optim.AdamW(groups, betas=(o.adam_beta1, o.adam_beta2), eps=o.adam_eps,
+                                  weight_decay=o.weight_decay)
+    return optimizer, params
+
+

@@ -1,0 +1,295 @@
+"""``RayRuntime``: env, rollout and actor workers as Ray actors placed by the config.
+
+Placement: one Ray placement-group bundle per physical device the run uses (a GPU, or a CPU
+core); each worker is scheduled into its device's bundle with ``1 / share`` of it, and pins
+itself (CPU core affinity, or the GPU Ray assigned). Without ``cluster.ray_address`` (or
+``RAY_ADDRESS``) a single-node Ray is started here and shut down at the end; with one, the
+workers spread over ``cluster.num_nodes`` of its nodes (the run folder must then be on a
+filesystem every node sees, since the actor writes checkpoints).
+
+Fine-grained pipelining (``rollout.pipeline_stage_num`` = k): every env worker holds k
+sub-simulators. The driver submits the whole rollout up front as a graph of Ray tasks:
+
+    for t in chunks: for stage s: for env worker e:
+        act[t,e,s]  = rollout_worker(e).act(e, s, obs[t,e,s])
+        obs[t+1,e,s], record[t,e,s] = env_worker(e).step(s, act[t,e,s])
+
+Each actor runs its tasks in submission order, and a task starts once its inputs exist, so
+while env worker e simulates stage s the rollout worker already generates for stage s+1; the
+actions move from rollout worker to env worker through the object store, not the driver.
+With one stage the two alternate (the disaggregated "bubble"). The data and random draws are
+the same for any k: stages are slices of one batch (see ``ChunkVectorEnv(first_env_index=)``
+and ``EnvGenerators``), so k changes only the timing.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from vla_trainer.config import ConfigError
+from vla_trainer.config.schema import TrainConfig
+from vla_trainer.rollout import Rollout
+
+from .placement import Placement, WorkerSpec, resolve_placement, usable_cores, visible_gpus
+from .workers import THREAD_VARS, ActorWorker, EnvWorker, RolloutWorker
+
+
+class WorkerFailed(RuntimeError):
+    """A Ray worker raised or died; the message names the worker and carries its error."""
+
+
+def _fraction(share: int) -> float:
+    return int(10_000 / share) / 10_000  # Ray keeps 4 decimals; never ask for more than the whole
+
+
+class RayRuntime:
+    name = "ray"
+
+    def __init__(self, cfg: TrainConfig, resume_from: Path | None = None, state: dict | None = None):
+        import ray
+
+        self.cfg = cfg
+        self.placement: Placement = resolve_placement(cfg)
+        self.owns_ray = False
+        self.actors: list = []
+        self.pg = None
+        try:
+            self._start_ray(ray)
+            self._create_workers(ray, resume_from, state)
+        except BaseException:
+            self.close()
+            raise
+
+    # ------------------------------------------------------------------ setup
+    def _start_ray(self, ray) -> None:
+        if ray.is_initialized():
+            return
+        address = self.cfg.cluster.ray_address or os.environ.get("RAY_ADDRESS")
+        if address:
+            ray.init(address=address, logging_level="WARNING", log_to_driver=True)
+        else:
+            ray.init(num_cpus=len(usable_cores()), num_gpus=visible_gpus(), include_dashboard=False,
+                     logging_level="WARNING", log_to_driver=True)
+            self.owns_ray = True
+
+    def _bundles(self, ray) -> dict[tuple[int, int], int]:
+        """One bundle per (node, device) any worker uses -> bundle index, nodes in order."""
+        from ray.util.placement_group import placement_group, placement_group_table
+
+        p = self.placement
+        slots = sorted({(w.node, w.device) for ws in p.workers.values() for w in ws})
+        unit = {"GPU": 1, "CPU": 1} if p.kind == "cuda" else {"CPU": 1}
+        alive = [n for n in ray.nodes() if n["Alive"]]
+        if len(alive) < self.cfg.cluster.num_nodes:
+            raise ConfigError(f"cluster.num_nodes={self.cfg.cluster.num_nodes} but the Ray cluster has "
+                              f"{len(alive)} node(s)")
+        nodes = sorted({n for n, _ in slots})
+        bundles = [dict(unit) for _ in slots]
+        self.pg = placement_group(bundles, strategy="STRICT_PACK" if len(nodes) == 1 else "PACK")
+        ray.get(self.pg.ready(), timeout=120)
+        # bundles that landed on the same Ray node form one of our nodes, in bundle order
+        table = placement_group_table(self.pg)["bundles_to_node_id"]
+        node_ids = list(dict.fromkeys(table[i] for i in range(len(bundles))))
+        by_node: dict[str, list[int]] = defaultdict(list)
+        for i in range(len(bundles)):
+            by_node[table[i]].append(i)
+        index = {}
+        for n in nodes:
+            devices = sorted(d for m, d in slots if m == n)
+            bs = by_node[node_ids[min(n, len(node_ids) - 1)]]
+            index.update({(n, d): bs[j] for j, d in enumerate(devices)})
+        return index
+
+    def _remote(self, ray, cls, spec: WorkerSpec, bundle: int, *args):
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        env_vars = {v: "1" for v in THREAD_VARS} if spec.kind == "cpu" else {}
+        for v in ("HF_HUB_OFFLINE", "PYTHONHASHSEED", "VLA_ASSETS_DIR"):
+            if v in os.environ:
+                env_vars[v] = os.environ[v]
+        actor = ray.remote(cls).options(
+            num_cpus=_fraction(spec.share), num_gpus=_fraction(spec.share) if spec.kind == "cuda" else 0,
+            scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=bundle),
+            runtime_env={"env_vars": env_vars}, name=None, max_restarts=0, max_concurrency=1,
+        ).remote(*args)
+        self.actors.append(actor)
+        return actor
+
+    def _create_workers(self, ray, resume_from: Path | None, state: dict | None) -> None:
+        cfg, p = self.cfg, self.placement
+        bundle = self._bundles(ray)
+        at = lambda w: bundle[(w.node, w.device)]  # noqa: E731
+        n_actor = len(p.workers["actor"])
+        G, M = cfg.actor.global_batch_size, cfg.actor.micro_batch_size
+        if (G // M) % n_actor:
+            raise ConfigError(f"actor.global_batch_size / actor.micro_batch_size = {G // M} micro-batches must "
+                              f"split evenly over the {n_actor} actor workers of cluster.component_placement.actor"
+                              f"={cfg.cluster.component_placement.actor!r}")
+        self.actor_workers = [self._remote(ray, ActorWorker, w, at(w), cfg, w, n_actor,
+                                           str(resume_from) if resume_from else None, state)
+                              for w in p.workers["actor"]]
+        info = self._get(self.actor_workers[0].info.remote(), "actor worker 0")
+        self.chunk_size, self.image_size = info["chunk_size"], info["image_size"]
+        R = len(p.workers["rollout"])
+        E = len(p.workers["env"])
+        self.rollout_workers = [
+            self._remote(ray, RolloutWorker, w, at(w), cfg, w, list(range(r, E, R)), p.envs_per_worker,
+                         p.envs_per_stage) for r, w in enumerate(p.workers["rollout"])]
+        self.env_workers = [self._remote(ray, EnvWorker, w, at(w), cfg, w, p.envs_per_worker, p.envs_per_stage,
+                                         self.image_size) for w in p.workers["env"]]
+        if n_actor > 1:
+            address = self._get(self.actor_workers[0].free_address.remote(), "actor worker 0")
+            self._get([a.init_group.remote(address) for a in self.actor_workers], "actor workers")
+        env_info = self._get(self.env_workers[0].info.remote(), "env worker 0")
+        self.asset_pack = env_info["asset_pack"]
+        self.num_envs = cfg.env.train.total_num_envs
+        self.stages = cfg.rollout.pipeline_stage_num
+        self.sync_weights()
+
+    def describe(self) -> str:
+        return self.placement.describe() + f", {self.stages} pipeline stage(s), Ray"
+
+    def pids(self) -> list[int]:
+        """Process ids of every worker (for checking that none is left behind)."""
+        return [self._get(w.info.remote(), "worker")["pid"] for w in self.env_workers + self.actor_workers]
+
+    # ------------------------------------------------------------------ the runtime interface
+    def _get(self, refs, what: str):
+        import ray
+
+        try:
+            return ray.get(refs)
+        except (ray.exceptions.RayTaskError, ray.exceptions.RayActorError) as e:
+            raise WorkerFailed(f"{what} failed: {e}") from e
+
+    def rollout(self, key: int) -> Rollout:
+        cfg = self.cfg
+        E, R, k = len(self.env_workers), len(self.rollout_workers), self.stages
+        T = cfg.rollout.steps_per_rollout // self.chunk_size
+        t0 = time.perf_counter()
+        for r in self.rollout_workers:
+            r.begin.remote(key)
+        cur = []
+        for w in self.env_workers:
+            refs = w.reset.options(num_returns=k).remote(key)
+            cur.append(list(refs) if k > 1 else [refs])
+        obs_in, acts, recs = [], [], []
+        for _ in range(T):
+            o_t, a_t, r_t = [], [], []
+            for s in range(k):
+                for e in range(E):
+                    a = self.rollout_workers[e % R].act.remote(e, s, cur[e][s])
+                    nxt, rec = self.env_workers[e].step.options(num_returns=2).remote(s, a)
+                    o_t.append(cur[e][s])
+                    a_t.append(a)
+                    r_t.append(rec)
+                    cur[e][s] = nxt
+            obs_in.append(o_t)
+            acts.append(a_t)
+            recs.append(r_t)
+        tails = [self.rollout_workers[e % R].act.remote(e, s, cur[e][s], True) for s in range(k) for e in range(E)]
+        flat = lambda rows: [x for row in rows for x in row]  # noqa: E731
+        got = self._get(flat(obs_in) + flat(acts) + flat(recs) + tails, "rollout")
+        n = T * k * E
+        obs_in, acts, recs, tails = (got[:n], got[n:2 * n], got[2 * n:3 * n], got[3 * n:])
+        return self._assemble(T, k, E, obs_in, acts, recs, tails, time.perf_counter() - t0)
+
+    def _assemble(self, T, k, E, obs_in, acts, recs, tails, wall: float) -> Rollout:
+        """Task outputs (ordered t, stage, env worker) -> one ``Rollout`` in global env order."""
+        # global env order is (env worker, stage): position of (s, e) in a chunk's list -> rank
+        order = [s * E + e for e in range(E) for s in range(k)]
+        per_t = lambda xs, t: [xs[t * k * E + j] for j in order]  # noqa: E731
+        cat_t = lambda parts: torch.cat([torch.from_numpy(np.array(x)) for x in parts])  # noqa: E731
+        images, instructions, tokens, log_probs, values, finals, rewards = [], [], [], [], [], [], []
+        terminated, truncated, valid = [], [], []
+        episodes: dict[str, list[float]] = defaultdict(list)
+        gen_s = sim_s = 0.0
+        for t in range(T):
+            o, a, r = per_t(obs_in, t), per_t(acts, t), per_t(recs, t)
+            images.append(np.concatenate([np.asarray(x["obs"]["image"]) for x in o]))
+            instructions.append([s for x in o for s in x["obs"]["instruction"]])
+            tokens.append(torch.cat([x["token_ids"] for x in a]))
+            log_probs.append(torch.cat([x["log_probs"] for x in a]))
+            values.append(None if a[0]["values"] is None else torch.cat([x["values"] for x in a]))
+            nxt = per_t(acts, t + 1) if t + 1 < T else [tails[j] for j in order]
+            finals.append(torch.cat([x["final_values"] for x in nxt]))
+            rewards.append(cat_t([x["rewards"] for x in r]).float() * self.cfg.env.train.reward_coef)
+            terminated.append(cat_t([x["terminated"] for x in r]))
+            truncated.append(cat_t([x["truncated"] for x in r]))
+            valid.append(cat_t([x["valid"] for x in r]))
+            for x in r:
+                for key, v in x["episodes"].items():
+                    episodes[key].extend(np.asarray(v).tolist())
+            gen_s += sum(x["seconds"] for x in a)
+            sim_s += sum(x["seconds"] for x in r)
+        tails = [tails[j] for j in order]
+        gen_s += sum(x["seconds"] for x in tails)
+        next_values = (torch.zeros(self.num_envs) if tails[0]["next_values"] is None
+                       else torch.cat([x["next_values"] for x in tails]))
+        return Rollout(image=np.stack(images), instruction=instructions, action_token_ids=torch.stack(tokens),
+                       log_probs=torch.stack(log_probs), values=None if values[0] is None else torch.stack(values),
+                       final_values=torch.stack(finals), next_values=next_values, rewards=torch.stack(rewards),
+                       terminated=torch.stack(terminated), truncated=torch.stack(truncated), valid=torch.stack(valid),
+                       episodes=dict(episodes),
+                       timing={"generation": gen_s, "simulation": sim_s, "rollout_wall": wall})
+
+    def update(self, rollout, targets, iteration: int) -> dict:
+        import ray
+
+        from vla_trainer.update import merge_rank_metrics
+
+        if self.cfg.rollout.enable_offload:
+            for r in self.rollout_workers:
+                r.offload.remote()
+        if self.cfg.actor.enable_offload:
+            for a in self.actor_workers:
+                a.onload.remote()
+        rollout_ref, targets_ref = ray.put(rollout), ray.put(targets)  # stored once, read by every rank
+        refs = [a.update.remote(rollout_ref, targets_ref, iteration) for a in self.actor_workers]
+        return merge_rank_metrics(self._get(refs, "actor update"))
+
+    def sync_weights(self) -> float:
+        t0 = time.perf_counter()
+        weights = self.actor_workers[0].get_weights.remote()
+        refs = []
+        for r in self.rollout_workers:
+            if self.cfg.rollout.enable_offload:
+                r.onload.remote()
+            refs.append(r.set_weights.remote(weights))
+        self._get(refs, "weight sync")
+        if self.cfg.actor.enable_offload:
+            self._get([a.offload.remote() for a in self.actor_workers], "actor offload")
+        return time.perf_counter() - t0
+
+    def evaluate(self) -> dict:
+        return self._get(self.rollout_workers[0].evaluate.remote(), "evaluation (rollout worker 0)")
+
+    def save(self, run_dir: Path, state: dict) -> Path:
+        return Path(self._get(self.actor_workers[0].save.remote(str(run_dir), state), "checkpoint (actor worker 0)"))
+
+    def close(self) -> None:
+        import ray
+
+        if not ray.is_initialized():
+            return
+        for a in self.actors:
+            try:
+                ray.get(a.close.remote(), timeout=30)
+            except Exception:  # noqa: BLE001  (a dead worker has nothing left to close)
+                pass
+            ray.kill(a)
+        self.actors = []
+        if self.pg is not None:
+            from ray.util.placement_group import remove_placement_group
+
+            remove_placement_group(self.pg)
+            self.pg = None
+        if self.owns_ray:
+            ray.shutdown()
+            self.owns_ray = False
