@@ -92,6 +92,7 @@ def cmd_rl(args: argparse.Namespace) -> int:
         print(to_yaml(cfg))
         return 0
     from vla_trainer.runner import train
+    from vla_trainer.runtime.errors import WorkerFailed
 
     try:
         result = train(cfg, run_dir=args.run_dir)
@@ -99,9 +100,13 @@ def cmd_rl(args: argparse.Namespace) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("interrupted: envs closed; resume with runner.resume_dir=auto (same --run-dir) from the last "
+        print("interrupted: envs and workers closed; resume with runner.resume_dir=auto (same --run-dir) from the last "
               "checkpoint", file=sys.stderr)
         return 130
+    except WorkerFailed as e:
+        print(f"error: training stopped: {e}. The last good checkpoint (if any) is untouched; resume with "
+              "runner.resume_dir=auto (same --run-dir)", file=sys.stderr)
+        return 1
     except NonFiniteLossError as e:
         print(f"error: training stopped: {e}. The last good checkpoint (if any) is untouched; "
               "lower actor.optim.lr or check the rewards.", file=sys.stderr)

@@ -110,7 +110,7 @@ class RayRuntime:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         env_vars = {v: "1" for v in THREAD_VARS} if spec.kind == "cpu" else {}
-        for v in ("HF_HUB_OFFLINE", "PYTHONHASHSEED", "VLA_ASSETS_DIR"):
+        for v in ("HF_HUB_OFFLINE", "PYTHONHASHSEED", "VLA_ENVS_ASSET_DIR"):
             if v in os.environ:
                 env_vars[v] = os.environ[v]
         actor = ray.remote(cls).options(

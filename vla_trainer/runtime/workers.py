@@ -40,6 +40,9 @@ THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "LP_NUM_THREADS")
 
 def pin(spec: WorkerSpec) -> None:
     """Run this process on its device: one CPU core (and one thread) or its GPU."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # one weight-loading bar per worker would bury the training bar
     if spec.kind == "cpu":
         os.sched_setaffinity(0, {spec.device})
         torch.set_num_threads(1)

@@ -1,0 +1,150 @@
+"""The Ray runtime on the real CPU ManiSkill PutOnPlate task (tiny preset), one Ray session for
+the module: pipelined and split rollouts equal the one-process rollout; two training iterations
+in every placement give the same weights as one process; a dead worker stops the run with its
+error and leaves no process behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from vla_trainer.config import load_config
+from vla_trainer.runner import train
+from vla_trainer.runtime.local import LocalRuntime
+from vla_trainer.runtime.ray_runtime import RayRuntime, WorkerFailed
+
+pytestmark = [pytest.mark.maniskill, pytest.mark.slow]
+
+BASE = ["env.train.total_num_envs=4", "rollout.steps_per_rollout=16", "actor.global_batch_size=8",
+        "actor.micro_batch_size=2", "runner.progress_bar=false", "env.train.vectorization=serial",
+        "env.eval.total_num_envs=2", "env.eval.num_episodes=2", "env.eval.vectorization=serial",
+        "env.eval.max_episode_steps=16", "runner.val_check_interval=-1", "runner.max_epochs=2"]
+RAY = ["cluster.runtime=ray", "cluster.num_devices=4"]
+LAYOUTS = {  # the paper's three modes, as 4 CPU devices on 2 cores
+    "disaggregated": ["cluster.component_placement.env=0", "cluster.component_placement.rollout=1",
+                      "cluster.component_placement.actor=2-3"],
+    "hybrid_pipe2": ["cluster.component_placement.env=0-1", "cluster.component_placement.rollout=2-3",
+                     "cluster.component_placement.actor=0-3", "rollout.pipeline_stage_num=2"],
+    "colocated_offload": ["actor.enable_offload=true", "rollout.enable_offload=true", "env.enable_offload=true"],
+}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ray_session(tmp_path_factory):
+    import ray
+
+    saved = {k: os.environ.get(k) for k in ("VLA_ENVS_ASSET_DIR", "HF_HUB_OFFLINE")}
+    os.environ["VLA_ENVS_ASSET_DIR"] = str(tmp_path_factory.mktemp("assets"))
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING",
+             _temp_dir=str(tmp_path_factory.mktemp("ray")))
+    yield
+    ray.shutdown()
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _wait_gone(pids, seconds=20.0):
+    deadline = time.time() + seconds
+    while time.time() < deadline and any(_alive(p) for p in pids):
+        time.sleep(0.2)
+    return [p for p in pids if _alive(p)]
+
+
+def test_pipelined_rollout_equals_one_process_rollout():
+    local = LocalRuntime(load_config("cpu_ppo_tiny_put_on_plate", BASE))
+    try:
+        expected = local.rollout(7)
+    finally:
+        local.close()
+    ray_rt = RayRuntime(load_config("cpu_ppo_tiny_put_on_plate", BASE + RAY + LAYOUTS["hybrid_pipe2"]))
+    try:
+        got = ray_rt.rollout(7)
+        pids = ray_rt.pids()
+    finally:
+        ray_rt.close()
+    assert _wait_gone(pids) == []
+    assert torch.equal(got.action_token_ids, expected.action_token_ids)  # same seeds, same actions
+    np.testing.assert_array_equal(got.image, expected.image)
+    assert got.instruction == expected.instruction
+    for name in ("rewards", "terminated", "truncated", "valid"):
+        assert torch.equal(getattr(got, name), getattr(expected, name)), name
+    torch.testing.assert_close(got.log_probs, expected.log_probs, atol=1e-5, rtol=0)
+    torch.testing.assert_close(got.values, expected.values, atol=1e-5, rtol=0)
+    torch.testing.assert_close(got.next_values, expected.next_values, atol=1e-5, rtol=0)
+    assert got.timing["generation"] > 0 and got.timing["simulation"] > 0
+
+
+def _final_weights(run):
+    from vla_trainer.models import load_pretrained
+
+    model, _ = load_pretrained(run / "checkpoints" / "iter_000002" / "model")
+    return model.state_dict()
+
+
+@pytest.fixture(scope="module")
+def one_process_run(tmp_path_factory):
+    run = tmp_path_factory.mktemp("local") / "run"
+    train(load_config("cpu_ppo_tiny_put_on_plate", BASE), run_dir=run)
+    return run
+
+
+@pytest.mark.parametrize("mode", list(LAYOUTS))
+def test_two_iterations_in_every_placement_match_one_process(mode, one_process_run, tmp_path):
+    result = train(load_config("cpu_ppo_tiny_put_on_plate", BASE + RAY + LAYOUTS[mode]), run_dir=tmp_path / "run")
+    assert result.iterations == 2
+    expected, got = _final_weights(one_process_run), _final_weights(result.run_dir)
+    changed = [k for k in got if not torch.equal(got[k], _initial(k))]
+    assert changed, "training changed no parameter"
+    for k in expected:
+        torch.testing.assert_close(got[k], expected[k], atol=2e-5, rtol=1e-4, msg=f"{mode}: {k}")
+    from vla_trainer.metrics_log import read_metrics
+
+    rec = read_metrics(result.run_dir)[-1]
+    assert rec["time/weight_sync"] > 0 and rec["throughput/env_frames_per_s"] > 0
+
+
+_INITIAL: dict = {}
+
+
+def _initial(key):
+    if not _INITIAL:
+        from vla_trainer.build import build_policy
+
+        policy = build_policy(load_config("cpu_ppo_tiny_put_on_plate", BASE))
+        _INITIAL.update({k: v.detach().clone() for k, v in policy.model.state_dict().items()})
+    return _INITIAL[key]
+
+
+def test_dead_env_worker_stops_the_run_with_its_error_and_keeps_the_checkpoint(tmp_path):
+    rt = RayRuntime(load_config("cpu_ppo_tiny_put_on_plate", BASE + RAY + LAYOUTS["disaggregated"]))
+    try:
+        ckpt = rt.save(tmp_path, {"iteration": 1, "env_steps": 64, "wall_time_s": 1.0, "asset_pack": "procedural"})
+        env_pid = rt.pids()[0]
+        pids = rt.pids()
+        os.kill(env_pid, signal.SIGKILL)
+        with pytest.raises(WorkerFailed) as info:
+            rt.rollout(0)
+        assert "rollout failed" in str(info.value)
+    finally:
+        rt.close()
+    assert _wait_gone(pids) == []
+    from vla_trainer.models import load_pretrained
+
+    load_pretrained(ckpt / "model")  # the last checkpoint is intact
