@@ -6,7 +6,9 @@ error and leaves no process behind."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import tempfile
 import time
 
 import numpy as np
@@ -16,7 +18,8 @@ import torch
 from vla_trainer.config import load_config
 from vla_trainer.runner import train
 from vla_trainer.runtime.local import LocalRuntime
-from vla_trainer.runtime.ray_runtime import RayRuntime, WorkerFailed
+from vla_trainer.runtime.errors import WorkerFailed
+from vla_trainer.runtime.ray_runtime import RayRuntime
 
 pytestmark = [pytest.mark.maniskill, pytest.mark.slow]
 
@@ -41,10 +44,11 @@ def ray_session(tmp_path_factory):
     saved = {k: os.environ.get(k) for k in ("VLA_ENVS_ASSET_DIR", "HF_HUB_OFFLINE")}
     os.environ["VLA_ENVS_ASSET_DIR"] = str(tmp_path_factory.mktemp("assets"))
     os.environ["HF_HUB_OFFLINE"] = "1"
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING",
-             _temp_dir=str(tmp_path_factory.mktemp("ray")))
+    ray_tmp = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # Ray's socket paths must stay under 108 bytes
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING", _temp_dir=ray_tmp)
     yield
     ray.shutdown()
+    shutil.rmtree(ray_tmp, ignore_errors=True)
     for k, v in saved.items():
         if v is None:
             os.environ.pop(k, None)

@@ -36,12 +36,9 @@ from vla_trainer.config import ConfigError
 from vla_trainer.config.schema import TrainConfig
 from vla_trainer.rollout import Rollout
 
+from .errors import WorkerFailed
 from .placement import Placement, WorkerSpec, resolve_placement, usable_cores, visible_gpus
 from .workers import THREAD_VARS, ActorWorker, EnvWorker, RolloutWorker
-
-
-class WorkerFailed(RuntimeError):
-    """A Ray worker raised or died; the message names the worker and carries its error."""
 
 
 def _fraction(share: int) -> float:
@@ -163,10 +160,16 @@ class RayRuntime:
     def _get(self, refs, what: str):
         import ray
 
+        from vla_trainer.update import NonFiniteLossError
+
         try:
             return ray.get(refs)
-        except (ray.exceptions.RayTaskError, ray.exceptions.RayActorError) as e:
+        except ray.exceptions.RayTaskError as e:
+            if isinstance(e.cause, (NonFiniteLossError, ConfigError)):
+                raise e.cause from None  # the same error the one-process runtime raises
             raise WorkerFailed(f"{what} failed: {e}") from e
+        except ray.exceptions.RayActorError as e:
+            raise WorkerFailed(f"{what} failed: a worker died: {e}") from e
 
     def rollout(self, key: int) -> Rollout:
         cfg = self.cfg
@@ -244,6 +247,9 @@ class RayRuntime:
 
         from vla_trainer.update import merge_rank_metrics
 
+        if self.cfg.env.enable_offload:
+            for w in self.env_workers:
+                w.offload.remote()
         if self.cfg.rollout.enable_offload:
             for r in self.rollout_workers:
                 r.offload.remote()
@@ -274,21 +280,30 @@ class RayRuntime:
         return Path(self._get(self.actor_workers[0].save.remote(str(run_dir), state), "checkpoint (actor worker 0)"))
 
     def close(self) -> None:
+        """Kills every worker and the placement group; shuts down a Ray started here. Never raises:
+        it runs on errors and Ctrl-C, when parts of the cluster may already be gone."""
         import ray
 
         if not ray.is_initialized():
             return
+        try:
+            if self.actors:
+                ray.wait([a.close.remote() for a in self.actors], num_returns=len(self.actors), timeout=30)
+        except Exception:  # noqa: BLE001  (a dead worker has nothing left to close)
+            pass
         for a in self.actors:
             try:
-                ray.get(a.close.remote(), timeout=30)
-            except Exception:  # noqa: BLE001  (a dead worker has nothing left to close)
+                ray.kill(a)
+            except Exception:  # noqa: BLE001
                 pass
-            ray.kill(a)
         self.actors = []
         if self.pg is not None:
             from ray.util.placement_group import remove_placement_group
 
-            remove_placement_group(self.pg)
+            try:
+                remove_placement_group(self.pg)
+            except Exception:  # noqa: BLE001
+                pass
             self.pg = None
         if self.owns_ray:
             ray.shutdown()

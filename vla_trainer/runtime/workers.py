@@ -71,19 +71,29 @@ class EnvWorker:
     def __init__(self, cfg: TrainConfig, spec: WorkerSpec, per_worker: int, per_stage: int, image_size: int):
         pin(spec)
         self.cfg, self.spec = cfg, spec
-        k = per_worker // per_stage
+        self.per_worker, self.per_stage, self.image_size = per_worker, per_stage, image_size
+        self.stages = self._build()
+
+    def _build(self) -> list:
+        cfg, spec, n = self.cfg, self.spec, self.per_stage
         vec = "serial" if spec.kind == "cpu" else None  # one core per worker: no process pool inside it
-        self.stages = [make_env(cfg.env.train, image_size, group_size=cfg.algorithm.group_size,
-                                num_envs=per_stage, first_env_index=spec.rank * per_worker + s * per_stage,
-                                vectorization=vec) for s in range(k)]
-        self.offloaded: list[dict] | None = None
+        return [make_env(cfg.env.train, self.image_size, group_size=cfg.algorithm.group_size, num_envs=n,
+                         first_env_index=spec.rank * self.per_worker + s * n, vectorization=vec)
+                for s in range(self.per_worker // n)]
 
     def info(self) -> dict:
-        e = self.stages[0]
+        e = self.stages[0] if self.stages else None
         return {"asset_pack": getattr(e, "asset_pack", None), "pid": os.getpid()}
 
+    def offload(self) -> None:
+        """Releases the simulators: the next rollout starts from fresh resets, so no state must survive."""
+        self.close()
+        self.stages = None
+
     def reset(self, seed_key: int) -> list[dict] | dict:
-        """Fresh episodes in every stage; one ObsOut per stage."""
+        """Fresh episodes in every stage; one ObsOut per stage (simulators rebuilt if offloaded)."""
+        if self.stages is None:
+            self.stages = self._build()
         out = []
         for env in self.stages:
             obs, _ = env.reset(seed=iteration_seed(self.cfg.actor.seed, seed_key))
@@ -109,7 +119,7 @@ class EnvWorker:
         return {"obs": out.obs, "final": final}, record
 
     def close(self) -> None:
-        for env in self.stages:
+        for env in self.stages or []:
             env.close()
 
 

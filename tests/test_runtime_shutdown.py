@@ -1,0 +1,60 @@
+"""Ctrl-C during a Ray run (`vla-train ... cluster.runtime=ray`): exit code 130, the message on
+how to resume, and no process left behind (driver, Ray's own daemons, workers)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+pytestmark = [pytest.mark.maniskill, pytest.mark.slow]
+
+OVERRIDES = ["cluster.runtime=ray", "env.train.total_num_envs=2", "rollout.steps_per_rollout=16",
+             "actor.global_batch_size=4", "actor.micro_batch_size=2", "runner.progress_bar=false",
+             "runner.val_check_interval=-1", "runner.max_epochs=100", "runner.save_interval=1"]
+
+
+def _iterations(run: Path) -> int:
+    path = run / "metrics.jsonl"
+    if not path.exists():
+        return 0
+    return sum(1 for line in path.read_text().splitlines() if json.loads(line)["iteration"] > 0)
+
+
+def test_ctrl_c_stops_a_ray_run_and_leaves_no_process(tmp_path):
+    ray_tmp = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # Ray's socket paths must stay under 108 bytes
+    env = {**os.environ, "VLA_ENVS_ASSET_DIR": str(tmp_path / "assets"), "HF_HUB_OFFLINE": "1", "RAY_TMPDIR": ray_tmp}
+    run = tmp_path / "run"
+    cli = Path(sys.executable).with_name("vla-train")
+    proc = subprocess.Popen([str(cli), "--config", "cpu_ppo_tiny_put_on_plate", "--run-dir", str(run), *OVERRIDES],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)  # its own process group, as a terminal's job
+    try:
+        deadline = time.time() + 300
+        while _iterations(run) < 1 and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.5)
+        assert proc.poll() is None, proc.stdout.read()
+        assert _iterations(run) >= 1, "no iteration finished in 300 s"
+        family = psutil.Process(proc.pid).children(recursive=True)
+        assert any("raylet" in " ".join(p.cmdline()) for p in family), "no Ray started by the run"
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in the terminal does
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    assert proc.returncode == 130, out[-3000:]
+    assert "resume with runner.resume_dir=auto" in out
+    _, alive = psutil.wait_procs(family, timeout=30)
+    assert not alive, [" ".join(p.cmdline())[:120] for p in alive]
+    latest = (run / "checkpoints" / "latest").read_text().strip()
+    assert (run / "checkpoints" / latest / "model").is_dir()  # the last checkpoint is whole
