@@ -13,9 +13,10 @@ import torch
 from .config.schema import EnvSplitConfig, TrainConfig
 
 
-def build_policy(cfg: TrainConfig, resume_model_dir: Path | None = None):
+def build_policy(cfg: TrainConfig, resume_model_dir: Path | None = None, device: str | None = None):
     """The policy of ``actor.model`` (from a preset or a saved folder), with value head and LoRA
-    as configured; ``resume_model_dir`` replaces its weights with a checkpoint's."""
+    as configured, on ``device`` (default: a GPU if present); ``resume_model_dir`` replaces its
+    weights with a checkpoint's."""
     from .models import VLAPolicy, apply_lora, build_model, load_lora, load_pretrained
 
     m = cfg.actor.model
@@ -36,7 +37,12 @@ def build_policy(cfg: TrainConfig, resume_model_dir: Path | None = None):
     if m.is_lora:
         model = load_lora(model, resume_model_dir) if resume_model_dir is not None else apply_lora(model, m.lora_rank)
     model.eval()
-    return VLAPolicy(model, tokenizer, unnorm_key=m.unnorm_key)
+    return VLAPolicy(model.to(device or default_device()), tokenizer, unnorm_key=m.unnorm_key)
+
+
+def default_device() -> str:
+    """Where a model runs unless told otherwise: the (current) GPU when there is one."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def make_env(split: EnvSplitConfig, image_size: int, *, group_size: int = 1, evaluation: bool = False,

@@ -34,7 +34,7 @@ from .algorithms import (
     value_loss,
 )
 from .config.schema import TrainConfig
-from .models import VLAPolicy
+from .models import ActionEvaluation, VLAPolicy
 from .rollout import Rollout
 
 
@@ -62,6 +62,14 @@ def _batch_fields(rollout: Rollout, targets: Targets, idx: torch.Tensor, logprob
     weights = None if targets.weights is None else broadcast_advantages(targets.weights[t, n], lp_valid)
     token_mask = broadcast_advantages(targets.mask[t, n], rollout.log_probs[t, n]) & valid[..., None]
     return t, n, valid, mask, weights, token_mask
+
+
+def _on_cpu(ev: ActionEvaluation) -> ActionEvaluation:
+    """The model's outputs next to the rollout's tensors (host memory); autograd follows the copy,
+    so only these few numbers per sample cross from an accelerator, never the rollout."""
+    if ev.log_probs.device.type == "cpu":
+        return ev
+    return ActionEvaluation(ev.log_probs.cpu(), ev.entropy.cpu(), None if ev.values is None else ev.values.cpu())
 
 
 def _weight_sum(mask: torch.Tensor, weights: torch.Tensor | None) -> float:
@@ -115,7 +123,8 @@ def update_policy(policy: VLAPolicy, optimizer: torch.optim.Optimizer, params: l
                 idx = batch[m0:m0 + M]
                 t, n, valid, mask, weights, token_mask = _batch_fields(rollout, targets, idx, alg.logprob_type)
                 inputs = policy.prepare(rollout.obs(t.numpy(), n.numpy()))
-                ev = policy.evaluate(inputs, tokens_all[idx], temperature=sp.temperature_train, top_k=top_k)
+                ev = _on_cpu(policy.evaluate(inputs, tokens_all[idx].to(policy.device),
+                                             temperature=sp.temperature_train, top_k=top_k))
                 logp = reduce_log_probs(ev.log_probs, alg.logprob_type, valid)
                 old_lp = reduce_log_probs(old_lp_all[idx], alg.logprob_type, valid)
                 adv = broadcast_advantages(targets.advantages[t, n], logp)
@@ -134,8 +143,8 @@ def update_policy(policy: VLAPolicy, optimizer: torch.optim.Optimizer, params: l
                     logs["actor/policy_loss"].append(pl.loss.item())
                     if alg.kl_beta > 0 and ref_policy is not None:
                         with torch.no_grad():
-                            ref = ref_policy.evaluate(inputs, tokens_all[idx], temperature=sp.temperature_train,
-                                                      top_k=top_k)
+                            ref = _on_cpu(ref_policy.evaluate(inputs, tokens_all[idx].to(policy.device),
+                                                              temperature=sp.temperature_train, top_k=top_k))
                         kl = kl_penalty(ev.log_probs, ref.log_probs, token_mask, coef=alg.kl_beta,
                                         denominator=denom_tok)
                         loss = loss + kl.loss

@@ -127,8 +127,7 @@ class RolloutWorker:
     def __init__(self, cfg: TrainConfig, spec: WorkerSpec, env_ranks: list[int], per_worker: int, per_stage: int):
         pin(spec)
         self.cfg, self.spec = cfg, spec
-        self.policy = build_policy(cfg)
-        self.policy.model.to(device_of(spec))
+        self.policy = build_policy(cfg, device=device_of(spec))
         self.critic = cfg.algorithm.loss_type == "actor_critic"
         self.per_worker, self.per_stage = per_worker, per_stage
         self.rows = np.concatenate([np.arange(e * per_worker, (e + 1) * per_worker) for e in env_ranks])
@@ -197,10 +196,9 @@ class ActorWorker:
         pin(spec)
         self.cfg, self.spec, self.world_size = cfg, spec, world_size
         resume = Path(resume_from) if resume_from else None
-        self.policy = build_policy(cfg, resume / "model" if resume else None)
-        self.policy.model.to(device_of(spec))
+        self.policy = build_policy(cfg, resume / "model" if resume else None, device=device_of(spec))
         self.optimizer, self.params = make_optimizer(self.policy, cfg)
-        self.ref_policy = build_policy(cfg) if cfg.algorithm.kl_beta > 0 else None
+        self.ref_policy = build_policy(cfg, device=device_of(spec)) if cfg.algorithm.kl_beta > 0 else None
         self.update_gen = torch.Generator().manual_seed(cfg.actor.seed + 1)
         if state is not None:
             self.optimizer.load_state_dict(state["optimizer"])
