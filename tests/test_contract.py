@@ -264,3 +264,28 @@ def test_skipping_requires_a_backend_that_can_skip():
     with pytest.raises(ValueError, match="skip_finished_actions"):
         ChunkVectorEnv(backend, skip_finished_actions=True)
     assert ChunkVectorEnv(backend).skip_finished_actions is False
+
+
+class _FewStatesToy(ToyEnv):
+    num_initial_states = 7
+
+
+def test_enumerate_initial_states_runs_each_exactly_once_with_auto_reset():
+    import functools
+
+    env = ChunkVectorEnv(SerialBackend([functools.partial(_FewStatesToy, 50)] * 3), auto_reset=True,
+                         enumerate_initial_states=True)
+    _, info = env.reset(seed=0)
+    assert info["state_id"].tolist() == [0, 1, 2]
+    seen, steps = [], 0
+    finish = np.zeros((3, 1, 7), np.float32)
+    finish[..., 6] = 1.0  # the toy's gripper > 0.5: success, the episode ends
+    while not env.exhausted:
+        out = env.chunk_step(finish)
+        steps += 1
+        seen += out.info["episode_state_id"][out.info["_episode"]].tolist()
+        assert steps < 10
+    assert sorted(seen) == list(range(7))  # every initial state exactly once
+    assert not env.chunk_step(finish).valid.any()  # idle afterwards
+    env.reset(seed=0)  # starts over
+    assert not env.exhausted and env.instructions[0] == "count from 0"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import os
+import signal
 
 import numpy as np
 import pytest
@@ -94,3 +95,48 @@ def test_close_leaves_no_worker_processes(pool):
     for pid in pids:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+def test_restart_crashed_worker_truncates_its_episode_and_the_batch_goes_on():
+    backend = ProcessPoolBackend([functools.partial(ToyEnv, 50)] * N, restart_crashed=True)
+    env = ChunkVectorEnv(backend, auto_reset=True)
+    try:
+        env.reset(seed=0)
+        old_pid = backend.pids[1]
+        os.kill(old_pid, signal.SIGKILL)  # mid-rollout, as a segfaulting simulator would
+        with pytest.warns(RuntimeWarning, match="env worker 1 .* died while stepping: killed by signal SIGKILL"):
+            out = env.chunk_step(np.zeros((N, 3, 7), np.float32))
+        assert backend.pids[1] != old_pid and backend.restarts == 1
+        assert out.truncated[1, 0] and not out.terminated[1].any()
+        assert out.info["truncation_reason"][1] == "worker_crashed"
+        assert out.valid[1].tolist() == [True, False, False]  # the rest of its chunk belongs to no episode
+        others = [i for i in range(N) if i != 1]
+        assert out.valid[others].all() and not out.truncated[others].any()  # nothing else lost
+        assert out.info["_episode"][1] and out.info["episode"]["length"][1] == 1
+        out = env.chunk_step(np.zeros((N, 2, 7), np.float32))  # the new worker runs a new episode
+        assert out.valid.all() and out.obs["state"][1, 0] == 2  # reset by auto-reset, then 2 steps
+    finally:
+        env.close()
+
+
+def test_without_restart_a_crashed_worker_still_raises():
+    backend = ProcessPoolBackend([functools.partial(ToyEnv, 50)] * 2)
+    try:
+        backend.reset(np.arange(2), np.zeros(2, np.int64))
+        os.kill(backend.pids[0], signal.SIGKILL)
+        with pytest.raises(WorkerError, match="env worker 0"):
+            backend.step(np.zeros((2, 7), np.float32), np.ones(2, bool))
+    finally:
+        backend.close()
+
+
+def test_restart_crashed_does_not_hide_python_errors():
+    backend = ProcessPoolBackend([functools.partial(ToyEnv, 50)] * 2, restart_crashed=True)
+    try:
+        backend.reset(np.arange(2), np.zeros(2, np.int64))
+        backend.call(1, "fail_next_step", "raise")
+        with pytest.raises(WorkerError, match="toy env failure on purpose"):
+            backend.step(np.zeros((2, 7), np.float32), np.ones(2, bool))
+        assert backend.restarts == 0
+    finally:
+        backend.close()

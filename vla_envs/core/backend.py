@@ -23,7 +23,9 @@ class StepResult:
         reward: float32 ``[N]``.
         terminated: bool ``[N]``; the task's own termination (usually success).
         success: bool ``[N]``; whether the task is solved at this step.
-        info: extra per-env arrays ``[N]`` passed through to the caller's info.
+        info: extra per-env arrays ``[N]`` passed through to the caller's info. ``"crashed"``
+            (bool) marks envs whose simulator died and was replaced during this step: their
+            episode ends as truncated, with ``truncation_reason`` ``"worker_crashed"``.
     """
 
     obs: dict[str, np.ndarray]

@@ -17,6 +17,7 @@ import os
 import signal
 import sys
 import traceback
+import warnings
 from multiprocessing import connection
 from multiprocessing.shared_memory import SharedMemory
 from typing import Any, Callable
@@ -121,13 +122,18 @@ class ProcessPoolBackend(BatchedBackend):
         step_timeout_s: how long one step or reset may take before the worker is declared hung.
         threads_per_worker: CPU threads each worker's renderer and torch may use; default
             ``max(1, cpu_count // num_envs)``. None leaves the libraries' defaults.
+        restart_crashed: a worker process that dies while stepping (segfault, OOM kill) is
+            replaced by a fresh one and ``step`` reports the env in ``info["crashed"]`` (the
+            vector env ends its episode as truncated) instead of raising; one that dies while
+            resetting is replaced and the reset retried once. A worker that raises a Python
+            exception is never restarted: its error is raised.
     """
 
     can_skip_envs = True
 
     def __init__(self, env_fns: list[Callable[[], TaskEnv]], context: str = "spawn",
                  start_timeout_s: float = 300.0, step_timeout_s: float = 300.0,
-                 threads_per_worker: int | None | str = "auto"):
+                 threads_per_worker: int | None | str = "auto", restart_crashed: bool = False):
         if not env_fns:
             raise ValueError("num_envs must be >= 1")
         if context not in ("spawn", "forkserver"):
@@ -138,16 +144,16 @@ class ProcessPoolBackend(BatchedBackend):
         self._blocks: list[SharedMemory] = []
         if threads_per_worker == "auto":
             threads_per_worker = max(1, (os.cpu_count() or 1) // self.num_envs)
-        ctx = mp.get_context(context)
+        self._ctx = mp.get_context(context)
+        self._env_fns, self._threads = list(env_fns), threads_per_worker
+        self.start_timeout_s, self.restart_crashed = start_timeout_s, bool(restart_crashed)
+        self.restarts = 0
         self._conns: list[connection.Connection] = []
         self._procs: list[mp.process.BaseProcess] = []
-        for i, fn in enumerate(env_fns):
-            parent, child = ctx.Pipe()
-            proc = ctx.Process(target=_worker, args=(i, fn, child, threads_per_worker), name=f"vla-env-worker-{i}", daemon=True)
-            proc.start()
-            child.close()
-            self._conns.append(parent)
-            self._procs.append(proc)
+        for i in range(self.num_envs):
+            self._conns.append(None)
+            self._procs.append(None)
+            self._spawn(i)
         try:
             specs = [self._recv(i, _STARTING, start_timeout_s) for i in range(self.num_envs)]
             check_same_spaces([s[:2] for s in specs])
@@ -163,6 +169,7 @@ class ProcessPoolBackend(BatchedBackend):
                 layout[k] = (shm.name, shape, space.dtype.str)
             self._views = {k: np.ndarray(layout[k][1], np.dtype(layout[k][2]), buffer=b.buf)
                            for k, b in zip(self._keys, self._blocks)}
+            self._layout = layout
             for i in range(self.num_envs):
                 self._conns[i].send(("attach", layout))
             for i in range(self.num_envs):
@@ -170,6 +177,30 @@ class ProcessPoolBackend(BatchedBackend):
         except BaseException:
             self.close()
             raise
+
+    def _spawn(self, i: int) -> None:
+        parent, child = self._ctx.Pipe()
+        proc = self._ctx.Process(target=_worker, args=(i, self._env_fns[i], child, self._threads),
+                                 name=f"vla-env-worker-{i}", daemon=True)
+        proc.start()
+        child.close()
+        self._conns[i], self._procs[i] = parent, proc
+
+    def _restart(self, i: int, error: WorkerError) -> None:
+        """Replaces dead worker ``i`` with a fresh one attached to the same shared memory."""
+        warnings.warn(f"{error}; restarting it (its episode ends as truncated)", RuntimeWarning, stacklevel=3)
+        self._procs[i].join(1)
+        self._conns[i].close()
+        self._spawn(i)
+        self._recv(i, _STARTING, self.start_timeout_s)
+        self._conns[i].send(("attach", self._layout))
+        self._recv(i, "attaching shared memory", self.start_timeout_s)
+        self.restarts += 1
+
+    def _died(self, i: int, error: BaseException) -> bool:
+        """Whether ``error`` is worker ``i``'s death and a restart may replace it."""
+        return (self.restart_crashed and isinstance(error, WorkerError)
+                and not self._procs[i].is_alive() and self._procs[i].exitcode is not None)
 
     # -------------------------------------------------------------- protocol
     def _recv(self, i: int, doing: str, timeout_s: float | None = None) -> Any:
@@ -221,21 +252,67 @@ class ProcessPoolBackend(BatchedBackend):
             raise WorkerError(f"env worker {i} (pid {proc.pid}) died before {doing}: "
                               f"{_describe_exit(proc.exitcode)}", env_index=i) from None
 
+    def _send_all(self, ids: np.ndarray, msgs: list[tuple], doing: str) -> list[int]:
+        """Sends each worker its message; returns those found dead (restart_crashed only)."""
+        dead = []
+        for i, msg in zip(ids, msgs):
+            try:
+                self._send(int(i), msg, doing)
+            except WorkerError as e:
+                if not self._died(int(i), e):
+                    raise
+                dead.append(int(i))
+        return dead
+
+    def _gather_crashes(self, ids: np.ndarray, doing: str, dead: list[int]) -> tuple[list[Any], list[int]]:
+        """Like ``_gather``, but workers that died are restarted and listed instead of raising."""
+        results, first_error, crashed = [], None, []
+        for i in map(int, ids):
+            if i in dead:
+                results.append(None)
+                crashed.append(i)
+                continue
+            try:
+                results.append(self._recv(i, doing))
+            except BaseException as e:  # noqa: BLE001
+                results.append(None)
+                if self._died(i, e):
+                    crashed.append(i)
+                elif first_error is None:
+                    first_error = e
+        if first_error is not None:
+            raise first_error
+        for i in crashed:
+            self._restart(i, WorkerError(f"env worker {i} (pid {self._procs[i].pid}) died while {doing}: "
+                                         f"{_describe_exit(self._procs[i].exitcode)}", env_index=i))
+        return results, crashed
+
     def reset(self, env_ids: np.ndarray, state_ids: np.ndarray):
-        for i, sid in zip(env_ids, state_ids):
-            self._send(int(i), ("reset", int(sid)), "resetting")
-        instructions = self._gather(env_ids, "resetting")
+        msgs = [("reset", int(sid)) for sid in state_ids]
+        dead = self._send_all(env_ids, msgs, "resetting")
+        instructions, crashed = self._gather_crashes(env_ids, "resetting", dead)
+        if crashed:  # a fresh worker gets one more try; a second death raises
+            pos = [list(map(int, env_ids)).index(i) for i in crashed]
+            for i, p in zip(crashed, pos):
+                self._send(i, msgs[p], "resetting")
+            for i, p in zip(crashed, pos):
+                instructions[p] = self._recv(i, "resetting")
         return {k: self._views[k][env_ids].copy() for k in self._keys}, instructions
 
     def step(self, actions: np.ndarray, active: np.ndarray) -> StepResult:
         n = self.num_envs
         ids = np.flatnonzero(active)
-        for i in ids:
-            self._send(int(i), ("step", actions[i]), "stepping")
+        dead = self._send_all(ids, [("step", actions[i]) for i in ids], "stepping")
+        answers, crashed = self._gather_crashes(ids, "stepping", dead)
         reward, terminated, success = np.zeros(n, np.float32), np.zeros(n, bool), np.zeros(n, bool)
-        for i, (r, term, ok) in zip(ids, self._gather(ids, "stepping")):
-            reward[i], terminated[i], success[i] = r, term, ok
-        return StepResult(self._views, reward, terminated, success)
+        for i, answer in zip(ids, answers):
+            if answer is not None:
+                reward[i], terminated[i], success[i] = answer
+        info = {}
+        if crashed:
+            info["crashed"] = np.zeros(n, bool)
+            info["crashed"][crashed] = True
+        return StepResult(self._views, reward, terminated, success, info)
 
     def call(self, env_index: int, method: str, *args: Any, **kwargs: Any) -> Any:
         """Call ``method`` on the ``TaskEnv`` of one worker and return its (picklable) result."""

@@ -29,6 +29,7 @@ ChunkReset = Literal["end_of_chunk", "immediate"]
 OutOfRange = Literal["clip", "raise"]
 _RESET_OPTIONS = ("reset_mask", "state_ids")
 EPISODE_METRICS = ("success_once", "success_at_end", "return", "length")
+_EXHAUSTED = -2  # drawn id meaning "no initial state left" (enumerate_initial_states)
 
 
 class ChunkStepResult(NamedTuple):
@@ -71,6 +72,10 @@ class ChunkVectorEnv(VectorEnv, gym.Env):
             ``"raise"`` rejects them with a ValueError.
         time_limit: override the task's time limit (steps per episode); the value in force
             is ``env.max_episode_steps``.
+        enumerate_initial_states: ordered evaluation: each reset (including auto-resets) takes
+            the next unused initial-state id, ``0, 1, 2, ...`` across all envs, until every id
+            has run exactly once; envs then stay idle (``valid`` False) and ``env.exhausted``
+            turns True when the last episode ends. ``reset(seed=...)`` starts over at 0.
         first_env_index: global index of this batch's env 0 when it is one slice of a larger
             batch (a pipeline stage, a worker's share). Initial-state ids are drawn per env
             (per group with ``use_fixed_reset_state_ids``) from the reset seed and the global
@@ -98,6 +103,7 @@ class ChunkVectorEnv(VectorEnv, gym.Env):
         group_size: int = 1,
         action_out_of_range: OutOfRange = "clip",
         time_limit: int | None = None,
+        enumerate_initial_states: bool = False,
         first_env_index: int = 0,
     ):
         self.backend = backend
@@ -160,6 +166,9 @@ class ChunkVectorEnv(VectorEnv, gym.Env):
         self._last_success = np.zeros(n, bool)
         self._state_id = np.full(n, -1, np.int64)
         self.first_env_index = int(first_env_index)
+        self.enumerate_initial_states = bool(enumerate_initial_states)
+        self._next_state_id = 0
+        self._finished_state_id = np.full(n, -1, np.int64)
         self._seed_rngs(None)
         self._episode_index = np.zeros(n, np.int64)
         self._group_ids: list[list[int]] = [[] for _ in range(n // self.group_size)]
@@ -194,6 +203,7 @@ class ChunkVectorEnv(VectorEnv, gym.Env):
                     "every env's initial state"
                 )
             self._seed_rngs(int(seed))
+            self._next_state_id = 0
             self._episode_index[:] = 0
             self._group_ids = [[] for _ in self._group_ids]
             self._group_base[:] = 0
@@ -249,6 +259,10 @@ class ChunkVectorEnv(VectorEnv, gym.Env):
             self._episode_index[i] += 1
             if ids[pos] >= 0:
                 continue
+            if self.enumerate_initial_states:
+                ids[pos] = self._next_state_id if self._next_state_id < k else _EXHAUSTED
+                self._next_state_id += 1
+                continue
             if not self.use_fixed_reset_state_ids:
                 ids[pos] = self._env_rngs[i].integers(k)
                 continue
@@ -269,6 +283,13 @@ class ChunkVectorEnv(VectorEnv, gym.Env):
         if env_ids.size == 0:
             return
         state_ids = self._draw_state_ids(env_ids, pinned)
+        idle = state_ids == _EXHAUSTED  # enumeration done: these envs run no further episode
+        self._ever_reset[env_ids[idle]] = True
+        self._live[env_ids[idle]] = False
+        self._state_id[env_ids[idle]] = -1
+        env_ids, state_ids = env_ids[~idle], state_ids[~idle]
+        if env_ids.size == 0:
+            return
         obs, instructions = self.backend.reset(env_ids, state_ids)
         for key in self._array_keys:
             self._obs[key][env_ids] = obs[key]
@@ -326,6 +347,7 @@ class ChunkVectorEnv(VectorEnv, gym.Env):
         final_obs: dict[str, Any] = {k: np.zeros_like(v) for k, v in self._obs.items()}
         final_obs["instruction"] = [""] * n
         final_success = np.zeros(n, bool)
+        reason = np.full(n, "", dtype=object)
 
         for j in range(c):
             valid[:, j] = in_chunk_episode
@@ -344,6 +366,12 @@ class ChunkVectorEnv(VectorEnv, gym.Env):
             if not self.ignore_terminations:
                 terminated[idx, j] = result.terminated[idx]
             truncated[idx, j] = self._elapsed[idx] >= self.max_episode_steps
+            reason[truncated[:, j]] = "time_limit"
+            if "crashed" in result.info:  # the simulator was replaced: this episode cannot go on
+                lost = result.info["crashed"] & self._live
+                truncated[lost, j] = True
+                terminated[lost, j] = False
+                reason[lost] = "worker_crashed"
             done = np.flatnonzero(terminated[:, j] | truncated[:, j])
             if done.size:
                 self._finish(done, episode, final_obs, final_success, finished)
@@ -360,9 +388,12 @@ class ChunkVectorEnv(VectorEnv, gym.Env):
             self._reset_envs(done, np.full(done.size, -1, np.int64))
 
         info: dict[str, Any] = {"success": success, "state_id": self._state_id.copy()}
+        if truncated.any():
+            info["truncation_reason"] = reason  # "time_limit" | "worker_crashed" ("" elsewhere)
         if finished.any():
             info["episode"] = episode
             info["_episode"] = finished.copy()
+            info["episode_state_id"] = self._finished_state_id.copy()  # initial state of each finished episode
             if self.auto_reset:
                 final_obs["instruction"] = tuple(final_obs["instruction"])
                 info["final_obs"] = final_obs
@@ -379,6 +410,7 @@ class ChunkVectorEnv(VectorEnv, gym.Env):
         episode["success_at_end"][done] = self._last_success[done]
         episode["return"][done] = self._return[done]
         episode["length"][done] = self._elapsed[done]
+        self._finished_state_id[done] = self._state_id[done]
         final_success[done] = self._last_success[done]
         for key in self._array_keys:
             final_obs[key][done] = self._obs[key][done]
@@ -426,6 +458,12 @@ class ChunkVectorEnv(VectorEnv, gym.Env):
         of the running episode; 0 right after a reset). The video recorder uses this to see
         every sub-step of a chunk. Observers must not modify the arrays."""
         self._observers.append(observer)
+
+    @property
+    def exhausted(self) -> bool:
+        """``enumerate_initial_states``: every initial state has run and no episode is running."""
+        return (self.enumerate_initial_states and self._next_state_id >= self.backend.num_initial_states
+                and not self._live.any())
 
     @property
     def instructions(self) -> tuple[str, ...]:

@@ -1,0 +1,136 @@
+"""LIBERO backend on the real simulator (robosuite + MuJoCo, headless GL): suites and official
+init states, every id in a worker pool, task switching in place, success from a solved state,
+a killed worker survived, and the errors users hit."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import vla_envs
+import vla_envs.registry
+from vla_envs.errors import VlaEnvError
+
+pytest.importorskip("libero.libero", reason="needs the [libero] extra: bash scripts/setup.sh libero")
+pytestmark = [pytest.mark.libero, pytest.mark.slow]
+
+from vla_envs.backends.libero.suites import (  # noqa: E402
+    GROUPS,
+    INIT_STATES_PER_TASK,
+    MAX_STEPS,
+    group_tasks,
+    init_states,
+    suite_tasks,
+)
+
+SMALL = {"image_size": 64, "settle_steps": 2}
+
+
+def test_suites_have_the_standard_sizes_and_50_official_init_states_each():
+    sizes = {s: len(suite_tasks(s)) for s in MAX_STEPS}
+    assert sizes == {"libero_spatial": 10, "libero_object": 10, "libero_goal": 10, "libero_10": 10, "libero_90": 90}
+    tasks = group_tasks("libero_130")
+    assert len(tasks) == 130 and len({t.bddl_file for t in tasks}) == 130
+    for t in tasks:
+        assert init_states(t).shape[0] == INIT_STATES_PER_TASK
+    assert MAX_STEPS == {"libero_spatial": 220, "libero_object": 280, "libero_goal": 300, "libero_10": 520,
+                         "libero_90": 400}
+
+
+@pytest.mark.parametrize("env_id", list(GROUPS))
+def test_every_id_makes_resets_with_official_state_0_and_steps(env_id):
+    env = gym.make(env_id, num_envs=1, **SMALL)
+    try:
+        assert env.max_episode_steps == max(MAX_STEPS[s] for s in GROUPS[env_id])
+        assert env.backend.num_initial_states == len(group_tasks(env_id)) * INIT_STATES_PER_TASK
+        obs, info = env.reset(options={"state_ids": np.array([0])})
+        assert info["state_id"].tolist() == [0]
+        assert obs["image"].shape == (1, 64, 64, 3) and obs["wrist_image"].shape == (1, 64, 64, 3)
+        assert obs["image"].std() > 5  # a rendered scene, not a blank buffer
+        assert obs["instruction"] == (group_tasks(env_id)[0].language,)
+        out = env.chunk_step(np.zeros((1, 2, 7), np.float32))
+        assert out.valid.all() and np.isfinite(out.obs["state"]).all()
+        assert not np.array_equal(out.obs["state"], obs["state"]) or out.rewards.sum() == 0
+    finally:
+        env.close()
+
+
+def test_reset_puts_the_simulator_in_the_official_init_state():
+    env = gym.make("libero_object", num_envs=1, image_size=64, settle_steps=0)
+    try:
+        env.reset(options={"state_ids": np.array([3 * INIT_STATES_PER_TASK + 7])})
+        state = env.backend.call(0, "sim_state")
+        np.testing.assert_allclose(state, init_states(suite_tasks("libero_object")[3])[7], atol=1e-8)
+    finally:
+        env.close()
+
+
+def test_a_worker_switches_task_in_place():
+    env = gym.make("libero_130", num_envs=1, **SMALL)
+    try:
+        pid = env.backend.pids[0]
+        obs, _ = env.reset(options={"state_ids": np.array([0])})
+        task_95 = group_tasks("libero_130")[95]
+        obs2, _ = env.reset(options={"state_ids": np.array([95 * INIT_STATES_PER_TASK + 1])})
+        assert obs2["instruction"] == (task_95.language,) and task_95.suite == "libero_90"
+        assert obs2["instruction"] != obs["instruction"] and env.backend.pids[0] == pid  # no respawn
+    finally:
+        env.close()
+
+
+def test_opening_the_drawer_is_a_success_with_sparse_reward():
+    env = gym.make("libero_goal", num_envs=1, **SMALL)  # task 0: "open the middle drawer of the cabinet"
+    try:
+        env.reset(options={"state_ids": np.array([0])})
+        out = env.chunk_step(np.zeros((1, 1, 7), np.float32))
+        assert not out.info["success"].any() and out.rewards.sum() == 0
+        assert env.backend.call(0, "set_joint_positions", {"wooden_cabinet_1_middle_level": -0.16})
+        out = env.chunk_step(np.zeros((1, 1, 7), np.float32))
+        assert out.info["success"][0, 0] and out.terminated[0, 0] and out.rewards[0, 0] == 1.0
+        assert out.info["episode"]["success_once"][0]
+    finally:
+        env.close()
+
+
+def test_a_killed_worker_is_restarted_and_the_rollout_goes_on():
+    env = gym.make("libero_spatial", num_envs=2, **SMALL)
+    try:
+        env.reset(seed=0)
+        old = env.backend.pids[0]
+        os.kill(old, signal.SIGKILL)
+        with pytest.warns(RuntimeWarning, match="env worker 0"):
+            out = env.chunk_step(np.zeros((2, 2, 7), np.float32))
+        assert out.info["truncation_reason"][0] == "worker_crashed" and out.truncated[0, 0]
+        assert out.valid[1].all() and not out.truncated[1].any()
+        assert env.backend.pids[0] != old
+        out = env.chunk_step(np.zeros((2, 2, 7), np.float32))  # auto-reset put env 0 in a new episode
+        assert out.valid.all()
+    finally:
+        env.close()
+
+
+def test_bad_inputs_name_what_is_allowed(monkeypatch):
+    with pytest.raises((VlaEnvError, gym.error.Error), match="libero_spatial"):
+        gym.make("libero_spatail", num_envs=1)
+    with pytest.raises(VlaEnvError, match="did you mean: libero_spatial"):
+        vla_envs.registry.get_task("libero_spatail")
+    from vla_envs.backends.libero.make import make_libero_vector_env
+
+    with pytest.raises(ValueError, match="valid: libero_spatial, .*libero_130"):
+        make_libero_vector_env("libero_100", 1)
+    env = gym.make("libero_10", num_envs=1, vectorization="serial", **SMALL)
+    try:
+        with pytest.raises(ValueError, match=r"out of range .* allowed: 0\.\.499"):
+            env.reset(options={"state_ids": np.array([500])})
+    finally:
+        env.close()
+    from vla_envs.backends.libero import rendering
+
+    monkeypatch.delenv("MUJOCO_GL", raising=False)
+    monkeypatch.setattr(rendering, "probe", lambda backend: f"{backend}: no display")
+    with pytest.raises(rendering.RenderingUnavailableError, match="MUJOCO_GL.*libosmesa6|libosmesa6.*MUJOCO_GL"):
+        rendering.ensure_gl()

@@ -1,0 +1,56 @@
+"""Headless OpenGL for MuJoCo: EGL or OSMesa, chosen once per process before MuJoCo loads.
+
+``MUJOCO_GL`` set by the user wins. Otherwise each backend is probed in a throwaway subprocess
+(a failed GL init can abort the process that tries it) and the first that renders is exported,
+so worker processes inherit it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from vla_envs.errors import VlaEnvError
+
+CANDIDATES = ("egl", "osmesa")
+_PROBE = "import mujoco; c = mujoco.GLContext(16, 16); c.make_current(); c.free()"
+
+
+class RenderingUnavailableError(VlaEnvError):
+    """Neither EGL nor OSMesa can create an OpenGL context here."""
+
+
+def probe(backend: str) -> str | None:
+    """None if ``backend`` renders here, else the error it printed."""
+    env = {**os.environ, "MUJOCO_GL": backend, "PYOPENGL_PLATFORM": backend}
+    try:
+        out = subprocess.run([sys.executable, "-c", _PROBE], env=env, capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        return "timed out"
+    return None if out.returncode == 0 else (out.stderr.strip().splitlines() or ["failed"])[-1]
+
+
+def ensure_gl() -> str:
+    """The headless GL backend in use (sets ``MUJOCO_GL`` / ``PYOPENGL_PLATFORM`` if unset).
+
+    Raises:
+        RenderingUnavailableError: naming the env var and the Debian packages to install.
+    """
+    chosen = os.environ.get("MUJOCO_GL")
+    if chosen:
+        os.environ.setdefault("PYOPENGL_PLATFORM", chosen)
+        return chosen
+    errors = {}
+    for backend in CANDIDATES:
+        err = probe(backend)
+        if err is None:
+            os.environ["MUJOCO_GL"] = backend
+            os.environ["PYOPENGL_PLATFORM"] = backend
+            return backend
+        errors[backend] = err
+    raise RenderingUnavailableError(
+        "LIBERO needs headless OpenGL and neither backend works here ("
+        + "; ".join(f"{k}: {v}" for k, v in errors.items())
+        + "). Install EGL (Debian: apt-get install libegl1 libgl1-mesa-dri) or OSMesa "
+        "(apt-get install libosmesa6), or set MUJOCO_GL to a backend that works.")
