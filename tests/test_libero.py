@@ -4,6 +4,7 @@ a killed worker survived, and the errors users hit."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 
@@ -134,3 +135,24 @@ def test_bad_inputs_name_what_is_allowed(monkeypatch):
     monkeypatch.setattr(rendering, "probe", lambda backend: f"{backend}: no display")
     with pytest.raises(rendering.RenderingUnavailableError, match="MUJOCO_GL.*libosmesa6|libosmesa6.*MUJOCO_GL"):
         rendering.ensure_gl()
+
+
+def test_vla_eval_libero_runs_every_task_once_and_prints_the_suite_table(tmp_path, capsys):
+    from tiny_vla import tiny
+
+    from vla_trainer.eval_cli import main as vla_eval
+
+    model, tokenizer = tiny()
+    model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    rc = vla_eval(["--checkpoint", str(tmp_path / "model"), "--libero", "libero_goal", "--trials-per-task", "1",
+                   "--num-envs", "2", "--env-kwargs", '{"time_limit": 2, "settle_steps": 0}',
+                   "--out", str(tmp_path / "eval")])
+    assert rc == 0
+    out = json.loads((tmp_path / "eval" / "eval.json").read_text())
+    suite = out["suites"][0]
+    assert suite["suite"] == "libero_goal" and suite["episodes"] == 10  # 10 tasks x 1 trial, none twice
+    assert len(suite["per_task"]) == 10
+    assert "| **average** |" in capsys.readouterr().out
+    assert vla_eval(["--checkpoint", str(tmp_path / "model"), "--libero", "libero_100"]) == 2
+    assert "valid: all, libero_spatial" in capsys.readouterr().err

@@ -4,6 +4,11 @@
     vla-eval --checkpoint runs/sft/tiny --task PutOnPlateInScene25Main-v3 --num-episodes 32
     vla-eval --checkpoint runs/ppo --ood --num-episodes 8 --out runs/ppo/ood   # the OOD table
     vla-eval --checkpoint runs/ppo --video runs/ppo/eval.mp4
+    vla-eval --checkpoint runs/libero --libero all --num-envs 8      # LIBERO: per suite + average
+
+LIBERO follows the OpenVLA / OpenVLA-OFT protocol: every task of a suite from its official
+initial states (``--trials-per-task``, 50 by default), each exactly once, episodes ending at
+success or at the suite's step limit, 256 px unless the model needs another size.
 
 Each env runs exactly one episode per round (no auto-reset double counting); episodes start from
 seeded initial states that differ from training's. Both success notions are reported, labelled:
@@ -68,6 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     g = p.add_mutually_exclusive_group()
     g.add_argument("--task", default="PutOnPlateInScene25Main-v3", help="env id (default: %(default)s)")
     g.add_argument("--ood", action="store_true", help="every PutOnPlateInScene25 variant, with category averages")
+    g.add_argument("--libero", default=None, metavar="SUITES",
+                   help="LIBERO suites, comma-separated, or 'all' (the five of LIBERO-130): per-suite success")
+    p.add_argument("--trials-per-task", type=int, default=50, help="LIBERO: official initial states per task")
     p.add_argument("--num-envs", type=int, default=4)
     p.add_argument("--num-episodes", type=int, default=16, help="per task; a multiple of --num-envs")
     p.add_argument("--greedy", action="store_true", help="most likely action instead of sampling")
@@ -98,6 +106,9 @@ def main(argv: list[str] | None = None) -> int:
     from vla_envs.tasks.put_on_plate.variants import VARIANTS, ood_table
     from vla_trainer.models import VLAModelError, VLAPolicy, load_pretrained
 
+    if args.libero is not None:
+        return libero_main(args)
+
     try:
         model_dir = resolve_model_dir(args.checkpoint)
         model, tokenizer = load_pretrained(model_dir)
@@ -120,6 +131,70 @@ def main(argv: list[str] | None = None) -> int:
         (args.out / "eval.md").write_text(table + "\n")
         (args.out / "eval.json").write_text(json.dumps({"checkpoint": str(model_dir), "rows": rows,
                                                          "averages": averages, "sampling": mode}, indent=1))
+    return 0
+
+
+def libero_suites(spec: str) -> list[str]:
+    from vla_envs.backends.libero.suites import SUITES
+
+    suites = list(SUITES) if spec == "all" else [x.strip() for x in spec.split(",") if x.strip()]
+    bad = [x for x in suites if x not in SUITES]
+    if bad or not suites:
+        raise ValueError(f"--libero {spec!r}: unknown suite(s) {bad}; valid: all, {', '.join(SUITES)}")
+    return suites
+
+
+def libero_main(args) -> int:
+    """Per-suite success over every task's first ``--trials-per-task`` official initial states."""
+    import gymnasium as gym
+    import numpy as np
+
+    import vla_envs  # noqa: F401
+    from vla_envs.backends.libero.suites import INIT_STATES_PER_TASK, suite_tasks
+    from vla_trainer.evaluation import evaluate_initial_states
+    from vla_trainer.models import VLAModelError, VLAPolicy, load_pretrained
+
+    try:
+        suites = libero_suites(args.libero)
+        if not 1 <= args.trials_per_task <= INIT_STATES_PER_TASK:
+            raise ValueError(f"--trials-per-task must be in 1..{INIT_STATES_PER_TASK}, got {args.trials_per_task}")
+        model_dir = resolve_model_dir(args.checkpoint)
+        model, tokenizer = load_pretrained(model_dir)
+        policy = VLAPolicy(model, tokenizer)
+        kwargs = {"image_size": policy.config.image_size, **json.loads(args.env_kwargs)}
+        rows = []
+        for suite in suites:
+            tasks = suite_tasks(suite)
+            ids = [t * INIT_STATES_PER_TASK + i for t in range(len(tasks)) for i in range(args.trials_per_task)]
+            env = gym.make(suite, num_envs=min(args.num_envs, len(ids)), auto_reset=True,
+                           enumerate_initial_states=ids, vectorization=args.vectorization, **kwargs)
+            try:
+                res = evaluate_initial_states(env, policy, seed=args.seed, greedy=args.greedy,
+                                              temperature=args.temperature, top_k=args.top_k or None)
+            finally:
+                env.close()
+            per_task = {tasks[t].language: float(np.mean([res[t * INIT_STATES_PER_TASK + i]["success_once"]
+                                                           for i in range(args.trials_per_task)]))
+                        for t in range(len(tasks))}
+            rows.append({"suite": suite, "success": float(np.mean([r["success_once"] for r in res.values()])),
+                         "episodes": len(res), "per_task": per_task})
+            print(f"{suite}: success {rows[-1]['success']:.3f} ({len(res)} episodes)", flush=True)
+    except (FileNotFoundError, VLAModelError, ValueError, KeyError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    mode = "greedy" if args.greedy else f"temperature {args.temperature}"
+    lines = [f"checkpoint: {model_dir}; {args.trials_per_task} official initial states per task; {mode}", "",
+             "| suite | success | episodes |", "|---|---|---|"]
+    lines += [f"| {r['suite']} | {100 * r['success']:.2f} % | {r['episodes']} |" for r in rows]
+    average = float(np.mean([r["success"] for r in rows]))
+    lines.append(f"| **average** | {100 * average:.2f} % | {sum(r['episodes'] for r in rows)} |")
+    table = "\n".join(lines)
+    print(table)
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "eval.md").write_text(table + "\n")
+        (args.out / "eval.json").write_text(json.dumps({"checkpoint": str(model_dir), "suites": rows,
+                                                         "average": average, "sampling": mode}, indent=1))
     return 0
 
 

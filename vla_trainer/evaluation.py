@@ -57,3 +57,28 @@ def evaluate_policy(env, policy, num_episodes: int, *, seed: int = 0, greedy: bo
             progress(r + 1, num_episodes // n)
     return {key: float(np.mean(vals)) for key, vals in per_episode.items()} | {
         "num_episodes": len(per_episode["success_once"])}
+
+
+@torch.no_grad()
+def evaluate_initial_states(env, policy, *, seed: int = 0, greedy: bool = False, temperature: float = 0.6,
+                            top_k: int | None = None, progress=None) -> dict[int, dict]:
+    """Runs every initial state the env enumerates exactly once (an env made with
+    ``enumerate_initial_states`` and ``auto_reset=True``, so finished envs move on to the next
+    state at once). Returns ``{state_id: {success_once, success_at_end, return, length}}``."""
+    base = getattr(env, "unwrapped", env)
+    if not (getattr(base, "enumerate_initial_states", False) and getattr(base, "auto_reset", False)):
+        raise ValueError("evaluate_initial_states needs an env made with enumerate_initial_states and auto_reset=True")
+    generator = torch.Generator().manual_seed(seed)
+    obs, _ = env.reset(seed=seed)
+    results: dict[int, dict] = {}
+    while not base.exhausted:
+        sample = policy.act(obs, temperature=temperature, top_k=top_k, greedy=greedy, generator=generator)
+        out = env.chunk_step(sample.actions.cpu().numpy())
+        if "episode" in out.info:
+            for i in np.flatnonzero(out.info["_episode"]):
+                results[int(out.info["episode_state_id"][i])] = {
+                    k: float(out.info["episode"][k][i]) for k in EPISODE_METRICS}
+            if progress is not None:
+                progress(len(results))
+        obs = out.obs
+    return results

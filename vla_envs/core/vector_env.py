@@ -14,7 +14,7 @@ here, once; a ``BatchedBackend`` only simulates.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Literal, NamedTuple
+from typing import Any, Callable, Literal, NamedTuple, Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -73,9 +73,11 @@ class ChunkVectorEnv(VectorEnv, gym.Env):
         time_limit: override the task's time limit (steps per episode); the value in force
             is ``env.max_episode_steps``.
         enumerate_initial_states: ordered evaluation: each reset (including auto-resets) takes
-            the next unused initial-state id, ``0, 1, 2, ...`` across all envs, until every id
-            has run exactly once; envs then stay idle (``valid`` False) and ``env.exhausted``
-            turns True when the last episode ends. ``reset(seed=...)`` starts over at 0.
+            the next unused initial-state id, ``0, 1, 2, ...`` across all envs (or the next of
+            a given sequence of ids), until every id has run exactly once; envs then stay idle
+            (``valid`` False) and ``env.exhausted`` turns True when the last episode ends.
+            ``reset(seed=...)`` starts over. ``info["episode_state_id"]`` names the initial
+            state of each finished episode.
         first_env_index: global index of this batch's env 0 when it is one slice of a larger
             batch (a pipeline stage, a worker's share). Initial-state ids are drawn per env
             (per group with ``use_fixed_reset_state_ids``) from the reset seed and the global
@@ -103,7 +105,7 @@ class ChunkVectorEnv(VectorEnv, gym.Env):
         group_size: int = 1,
         action_out_of_range: OutOfRange = "clip",
         time_limit: int | None = None,
-        enumerate_initial_states: bool = False,
+        enumerate_initial_states: bool | Sequence[int] = False,
         first_env_index: int = 0,
     ):
         self.backend = backend
@@ -166,7 +168,8 @@ class ChunkVectorEnv(VectorEnv, gym.Env):
         self._last_success = np.zeros(n, bool)
         self._state_id = np.full(n, -1, np.int64)
         self.first_env_index = int(first_env_index)
-        self.enumerate_initial_states = bool(enumerate_initial_states)
+        self.enumerate_initial_states = enumerate_initial_states is not False
+        self._enumeration = self._check_enumeration(enumerate_initial_states)
         self._next_state_id = 0
         self._finished_state_id = np.full(n, -1, np.int64)
         self._seed_rngs(None)
@@ -212,6 +215,16 @@ class ChunkVectorEnv(VectorEnv, gym.Env):
         env_ids = np.flatnonzero(mask)
         self._reset_envs(env_ids, pinned[env_ids])
         return self._current_obs(), {"state_id": self._state_id.copy()}
+
+    def _check_enumeration(self, spec: Any) -> np.ndarray:
+        k = self.backend.num_initial_states
+        if spec is False or spec is True:
+            return np.arange(k if spec else 0)
+        ids = np.asarray(spec)
+        if ids.ndim != 1 or ids.size == 0 or ids.dtype.kind not in "iu" or (ids < 0).any() or (ids >= k).any():
+            raise ValueError(f"enumerate_initial_states must be True or a non-empty sequence of initial-state "
+                             f"ids in 0..{k - 1}")
+        return ids.astype(np.int64)
 
     def _seed_rngs(self, seed: int | None) -> None:
         # one generator per env (per group with fixed ids), keyed by the global index
@@ -260,7 +273,8 @@ class ChunkVectorEnv(VectorEnv, gym.Env):
             if ids[pos] >= 0:
                 continue
             if self.enumerate_initial_states:
-                ids[pos] = self._next_state_id if self._next_state_id < k else _EXHAUSTED
+                e = self._enumeration
+                ids[pos] = e[self._next_state_id] if self._next_state_id < len(e) else _EXHAUSTED
                 self._next_state_id += 1
                 continue
             if not self.use_fixed_reset_state_ids:
@@ -462,7 +476,7 @@ class ChunkVectorEnv(VectorEnv, gym.Env):
     @property
     def exhausted(self) -> bool:
         """``enumerate_initial_states``: every initial state has run and no episode is running."""
-        return (self.enumerate_initial_states and self._next_state_id >= self.backend.num_initial_states
+        return (self.enumerate_initial_states and self._next_state_id >= len(self._enumeration)
                 and not self._live.any())
 
     @property
