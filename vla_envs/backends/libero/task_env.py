@@ -83,9 +83,13 @@ class LiberoTaskEnv(TaskEnv):
         with contextlib.redirect_stdout(io.StringIO()):
             env = OffScreenRenderEnv(bddl_file_name=task.bddl_file, camera_heights=self.image_size,
                                      camera_widths=self.image_size, camera_names=cameras, hard_reset=False)
-        if self.fast_render:
-            # before the first render creates the context: no multisampling buffer
-            env.env.sim.model.vis.quality.offsamples = 0
+        if self.fast_render:  # no multisampling: rebuild the offscreen buffers without it
+            sim = env.env.sim
+            sim.model._model.vis.quality.offsamples = 0
+            ctx = sim._render_context_offscreen
+            ctx.gl_ctx.make_current()
+            ctx.con.free()
+            ctx._set_mujoco_context_and_buffers()
         self._env = env
         self._task_index = task_index
 
