@@ -6,7 +6,8 @@ Same task (libero_spatial task 0, official init state 0 in every env), both came
 and wrist), zero actions, 1 and 2 workers, 128 and 256 px. Each configuration is built, reset,
 and timed over ``--blocks`` blocks of ``--steps`` steps per env (median block); configurations
 alternate so host-load drift hits all alike. Also our pool with ``fast_render`` (MSAA off; a
-training-only option). Env-steps/s counts the steps of every worker.
+training-only option). Env-steps/s counts the steps of every worker. ``--threads 1`` gives every
+worker of both implementations one render thread, so 1 vs 2 workers is 1 vs 2 cores.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import contextlib
 import functools
 import io
 import json
+import os
 import statistics
 import time
 
@@ -76,7 +78,13 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--blocks", type=int, default=3)
     p.add_argument("--json", default=None)
+    p.add_argument("--threads", type=int, default=None,
+                   help="render/math threads per worker for both implementations (LP_NUM_THREADS, "
+                        "OMP_NUM_THREADS); default: ours gives each worker cores // workers, LIBERO's the library default")
     args = p.parse_args()
+    if args.threads is not None:
+        for var in ("LP_NUM_THREADS", "OMP_NUM_THREADS"):
+            os.environ[var] = str(args.threads)  # workers inherit it; our pool keeps a value the user set
     from vla_envs.backends.libero.rendering import ensure_gl
 
     print(f"headless GL: {ensure_gl()}", flush=True)

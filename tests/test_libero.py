@@ -156,3 +156,20 @@ def test_vla_eval_libero_runs_every_task_once_and_prints_the_suite_table(tmp_pat
     assert "| **average** |" in capsys.readouterr().out
     assert vla_eval(["--checkpoint", str(tmp_path / "model"), "--libero", "libero_100"]) == 2
     assert "valid: all, libero_spatial" in capsys.readouterr().err
+
+
+def test_ppo_trains_on_libero_with_the_cpu_recipe(tmp_path):
+    from vla_trainer.config import load_config
+    from vla_trainer.metrics_log import read_metrics
+    from vla_trainer.runner import train
+
+    split = ["task=libero_goal", "total_num_envs=2", "env_kwargs={settle_steps: 0}", "vectorization=pool"]
+    cfg = load_config("cpu_ppo_tiny_put_on_plate", [
+        *(f"env.train.{x}" for x in split), *(f"env.eval.{x}" for x in split), "env.eval.num_episodes=2",
+        "env.eval.max_episode_steps=8", "rollout.steps_per_rollout=16", "actor.global_batch_size=4",
+        "actor.micro_batch_size=2", "runner.max_epochs=1", "runner.val_check_interval=1", "runner.progress_bar=false"])
+    result = train(cfg, run_dir=tmp_path / "run")
+    assert result.iterations == 1 and result.env_steps == 32
+    record = read_metrics(result.run_dir)[-1]
+    assert np.isfinite(record["actor/policy_loss"]) and np.isfinite(record["critic/value_loss"])
+    assert record["eval/num_episodes"] == 2

@@ -525,3 +525,16 @@ def test_to_yaml_round_trip(tmp_path, name, overrides):
     assert again == cfg
     assert again is not cfg
     assert "defaults" not in path.read_text()  # flattened: no inheritance needed to reload
+
+
+def test_a_mapping_override_replaces_the_mapping():
+    cfg = load_config("cpu_ppo_tiny_put_on_plate", ["env.train.env_kwargs={}"])
+    assert cfg.env.train.env_kwargs == {} and cfg.env.eval.env_kwargs  # only the named one
+    cfg = load_config("cpu_ppo_tiny_put_on_plate", ["env.train.env_kwargs={low_poly: false}"])
+    assert cfg.env.train.env_kwargs == {"low_poly": False}
+
+
+def test_fast_render_is_refused_for_evaluation():
+    msg = config_error("cpu_ppo_tiny_put_on_plate", ["env.eval.env_kwargs={fast_render: true}"])
+    assert "env.eval.env_kwargs.fast_render" in msg and "never for evaluation" in msg
+    load_config("cpu_ppo_tiny_put_on_plate", ["env.train.env_kwargs={fast_render: true}"])  # training: fine

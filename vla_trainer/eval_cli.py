@@ -162,6 +162,9 @@ def libero_main(args) -> int:
         model, tokenizer = load_pretrained(model_dir)
         policy = VLAPolicy(model, tokenizer)
         kwargs = {"image_size": policy.config.image_size, **json.loads(args.env_kwargs)}
+        if kwargs.get("fast_render"):
+            raise ValueError("--env-kwargs fast_render changes the rendered pixels: for training only, "
+                             "never for evaluation")
         rows = []
         for suite in suites:
             tasks = suite_tasks(suite)

@@ -99,7 +99,11 @@ def load_config(recipe: str | Path | None = None, overrides: list[str] | tuple[s
             where = f"override {item!r}"
             if "=" not in item or not item.split("=", 1)[0].strip():
                 raise ConfigError(f"{where}: expected key=value, e.g. actor.optim.lr=3e-5")
-            base = OmegaConf.merge(base, OmegaConf.from_dotlist([item]))
+            key, value = (x.strip() for x in item.split("=", 1))
+            if value.startswith("{"):  # a mapping replaces the old one (key={} empties it), as in Hydra
+                OmegaConf.update(base, key, OmegaConf.select(OmegaConf.from_dotlist([item]), key), merge=False)
+            else:
+                base = OmegaConf.merge(base, OmegaConf.from_dotlist([item]))
         cfg: TrainConfig = OmegaConf.to_object(base)
     except OmegaConfBaseException as e:
         raise _explain(e, where) from None
@@ -217,6 +221,8 @@ def validate(cfg: TrainConfig) -> None:
         _check(env.total_num_envs >= 1, f"env.{split}.total_num_envs", f"must be >= 1, got {env.total_num_envs}")
         _check(env.max_episode_steps is None or env.max_episode_steps >= 1, f"env.{split}.max_episode_steps",
                f"must be >= 1 or null, got {env.max_episode_steps}")
+    _check(not ev.env_kwargs.get("fast_render"), "env.eval.env_kwargs.fast_render",
+           "changes the rendered pixels (anti-aliasing off): for training only, never for evaluation")
     _check(ev.num_episodes >= 1 and ev.num_episodes % ev.total_num_envs == 0, "env.eval.num_episodes",
            f"must be a positive multiple of env.eval.total_num_envs ({ev.total_num_envs}), got {ev.num_episodes}")
     _check(alg.group_size >= 1, "algorithm.group_size", f"must be >= 1, got {alg.group_size}")
