@@ -87,11 +87,16 @@ def _put_on_plate_specs() -> dict[str, TaskSpec]:
 TASKS.update(_put_on_plate_specs())
 
 _LIBERO = "vla_envs.backends.libero.make:make_libero_vector_env"
-_LIBERO_STEPS = {"libero_spatial": 220, "libero_object": 280, "libero_goal": 300, "libero_10": 520,
-                 "libero_90": 400, "libero_130": 520}  # the eval protocol (vla_envs.backends.libero.suites)
-TASKS.update({group: TaskSpec(group, "libero", "libero", steps, _LIBERO, {"group": group},
-                              ("libero", "robosuite", "mujoco"), "libero")
-              for group, steps in _LIBERO_STEPS.items()})
+
+
+def _libero_specs() -> dict[str, TaskSpec]:
+    from vla_envs.backends.libero.suites import GROUPS, max_steps  # data only: LIBERO is imported lazily
+
+    return {group: TaskSpec(group, "libero", "libero", max_steps(group), _LIBERO, {"group": group},
+                            ("libero", "robosuite", "mujoco"), "libero") for group in GROUPS}
+
+
+TASKS.update(_libero_specs())
 
 
 def get_task(env_id: str) -> TaskSpec:
