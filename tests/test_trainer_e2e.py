@@ -115,3 +115,20 @@ def test_cli_errors_name_the_key_and_print_config(capsys, tmp_path):
     bad = [*SMALL, "runner.max_epochs=1", "actor.global_batch_size=3", "actor.micro_batch_size=1"]
     assert vla_train(["--config", "cpu_ppo_tiny_put_on_plate", "--run-dir", str(tmp_path / "r"), *bad]) == 2
     assert "actor.global_batch_size" in capsys.readouterr().err
+
+
+def test_lora_trains_only_adapters_and_value_head_and_resumes(tmp_path):
+    from safetensors.torch import load_file
+
+    base = [*SMALL, "actor.model.is_lora=true", "actor.model.lora_rank=4", "runner.val_check_interval=-1",
+            "runner.save_interval=1", "runner.max_epochs=1"]
+    result = train(load_config("cpu_ppo_tiny_put_on_plate", base), run_dir=tmp_path / "run")
+    saved = result.run_dir / "checkpoints" / "iter_000001" / "model"
+    assert (saved / "adapter_model.safetensors").is_file() and not (saved / "model.safetensors").exists()
+    weights = load_file(saved / "adapter_model.safetensors")
+    lora_b = [v for k, v in weights.items() if "lora_B" in k]
+    assert lora_b and any(v.abs().max() > 0 for v in lora_b)  # adapters start at B = 0: they trained
+    assert any("value_head" in k for k in weights)  # the critic is saved with the adapters
+    resumed = train(load_config("cpu_ppo_tiny_put_on_plate", [*base, "runner.max_epochs=2", "runner.resume_dir=auto"]),
+                    run_dir=tmp_path / "run")
+    assert resumed.iterations == 2
