@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import warnings
 from pathlib import Path
 
@@ -31,8 +32,12 @@ class MetricLogger:
                 warnings.warn("runner.logger.logger_backends has 'wandb' but wandb is not installed "
                               "(pip install wandb); logging to the other backends only", stacklevel=2)
             else:
+                mode = os.environ.get("WANDB_MODE") or ("online" if _wandb_logged_in() else "offline")
+                if mode == "offline" and "WANDB_MODE" not in os.environ:
+                    warnings.warn(f"no W&B API key (WANDB_API_KEY or `wandb login`): logging offline under "
+                                  f"{self.run_dir / 'wandb'}; `wandb sync` uploads it later", stacklevel=2)
                 self.wandb = wandb.init(project="vla-rl", name=experiment_name, dir=str(self.run_dir),
-                                        config=config, resume="allow")
+                                        config=config, resume="allow", mode=mode)
 
     def log(self, record: dict) -> None:
         with self.jsonl.open("a") as f:
@@ -51,6 +56,18 @@ class MetricLogger:
             self.tb.close()
         if self.wandb is not None:
             self.wandb.finish()
+
+
+def _wandb_logged_in() -> bool:
+    """Whether W&B has an API key, without its interactive login prompt."""
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    import netrc
+
+    try:
+        return netrc.netrc().authenticators("api.wandb.ai") is not None
+    except (FileNotFoundError, netrc.NetrcParseError):
+        return False
 
 
 def read_metrics(run_dir: str | Path) -> list[dict]:
