@@ -44,6 +44,7 @@ def ray_session(tmp_path_factory):
     saved = {k: os.environ.get(k) for k in ("VLA_ENVS_ASSET_DIR", "HF_HUB_OFFLINE")}
     os.environ["VLA_ENVS_ASSET_DIR"] = str(tmp_path_factory.mktemp("assets"))
     os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ.setdefault("RAY_worker_register_timeout_seconds", "900")  # as RayRuntime sets it for its own Ray
     ray_tmp = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # Ray's socket paths must stay under 108 bytes
     ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING", _temp_dir=ray_tmp)
     yield

@@ -1,7 +1,8 @@
 """``RayRuntime``: env, rollout and actor workers as Ray actors placed by the config.
 
-Placement: one Ray placement-group bundle per physical device the run uses (a GPU, or a CPU
-core); each worker is scheduled into its device's bundle with ``1 / share`` of it, and pins
+Placement: one Ray placement group per node of the layout (STRICT_PACK), one bundle per physical
+device on it (a GPU, or a CPU core); each worker is scheduled into its device's bundle with
+``1 / share`` of it, and pins
 itself (CPU core affinity, or the GPU Ray assigned). Without ``cluster.ray_address`` (or
 ``RAY_ADDRESS``) a single-node Ray is started here and shut down at the end; with one, the
 workers spread over ``cluster.num_nodes`` of its nodes (the run folder must then be on a
@@ -41,6 +42,10 @@ from .placement import Placement, WorkerSpec, resolve_placement, usable_cores, v
 from .workers import THREAD_VARS, ActorWorker, EnvWorker, RolloutWorker
 
 
+STARTUP_TIMEOUT_S = 900
+"""How long workers may take to start (import, build models and simulators) before the run fails."""
+
+
 def _fraction(share: int) -> float:
     return int(10_000 / share) / 10_000  # Ray keeps 4 decimals; never ask for more than the whole
 
@@ -55,7 +60,7 @@ class RayRuntime:
         self.placement: Placement = resolve_placement(cfg)
         self.owns_ray = False
         self.actors: list = []
-        self.pg = None
+        self.pgs: list = []
         try:
             self._start_ray(ray)
             self._create_workers(ray, resume_from, state)
@@ -71,13 +76,18 @@ class RayRuntime:
         if address:
             ray.init(address=address, logging_level="WARNING", log_to_driver=True)
         else:
+            # a worker importing torch and a simulator on a loaded core can take minutes to register;
+            # Ray's 60 s default then kills and respawns it forever (the run would hang)
+            os.environ.setdefault("RAY_worker_register_timeout_seconds", str(STARTUP_TIMEOUT_S))
             ray.init(num_cpus=len(usable_cores()), num_gpus=visible_gpus(), include_dashboard=False,
                      logging_level="WARNING", log_to_driver=True)
             self.owns_ray = True
 
-    def _bundles(self, ray) -> dict[tuple[int, int], int]:
-        """One bundle per (node, device) any worker uses -> bundle index, nodes in order."""
-        from ray.util.placement_group import placement_group, placement_group_table
+    def _bundles(self, ray) -> dict[tuple[int, int], tuple]:
+        """(node, device) of every worker -> (placement group, bundle index). One STRICT_PACK group
+        per node of the layout, one bundle per device on it; a node's group needs all its devices
+        at once, so two nodes' groups only share a machine that has room for both."""
+        from ray.util.placement_group import placement_group
 
         p = self.placement
         slots = sorted({(w.node, w.device) for ws in p.workers.values() for w in ws})
@@ -86,24 +96,21 @@ class RayRuntime:
         if len(alive) < self.cfg.cluster.num_nodes:
             raise ConfigError(f"cluster.num_nodes={self.cfg.cluster.num_nodes} but the Ray cluster has "
                               f"{len(alive)} node(s)")
-        nodes = sorted({n for n, _ in slots})
-        bundles = [dict(unit) for _ in slots]
-        self.pg = placement_group(bundles, strategy="STRICT_PACK" if len(nodes) == 1 else "PACK")
-        ray.get(self.pg.ready(), timeout=120)
-        # bundles that landed on the same Ray node form one of our nodes, in bundle order
-        table = placement_group_table(self.pg)["bundles_to_node_id"]
-        node_ids = list(dict.fromkeys(table[i] for i in range(len(bundles))))
-        by_node: dict[str, list[int]] = defaultdict(list)
-        for i in range(len(bundles)):
-            by_node[table[i]].append(i)
         index = {}
-        for n in nodes:
-            devices = sorted(d for m, d in slots if m == n)
-            bs = by_node[node_ids[min(n, len(node_ids) - 1)]]
-            index.update({(n, d): bs[j] for j, d in enumerate(devices)})
+        for node in sorted({n for n, _ in slots}):
+            devices = sorted(d for n, d in slots if n == node)
+            pg = placement_group([dict(unit) for _ in devices], strategy="STRICT_PACK")
+            self.pgs.append(pg)
+            try:
+                ray.get(pg.ready(), timeout=120)
+            except ray.exceptions.GetTimeoutError:
+                raise ConfigError(f"cluster.component_placement: node {node} needs {len(devices)} "
+                                  f"{'GPU' if p.kind == 'cuda' else 'CPU'} bundle(s) on one machine and the Ray "
+                                  "cluster has none free after 120 s") from None
+            index.update({(node, d): (pg, j) for j, d in enumerate(devices)})
         return index
 
-    def _remote(self, ray, cls, spec: WorkerSpec, bundle: int, *args):
+    def _remote(self, ray, cls, spec: WorkerSpec, bundle: tuple, *args):
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         env_vars = {v: "1" for v in THREAD_VARS} if spec.kind == "cpu" else {}
@@ -112,7 +119,7 @@ class RayRuntime:
                 env_vars[v] = os.environ[v]
         actor = ray.remote(cls).options(
             num_cpus=_fraction(spec.share), num_gpus=_fraction(spec.share) if spec.kind == "cuda" else 0,
-            scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=bundle),
+            scheduling_strategy=PlacementGroupSchedulingStrategy(bundle[0], placement_group_bundle_index=bundle[1]),
             runtime_env={"env_vars": env_vars}, name=None, max_restarts=0, max_concurrency=1,
         ).remote(*args)
         self.actors.append(actor)
@@ -131,7 +138,7 @@ class RayRuntime:
         self.actor_workers = [self._remote(ray, ActorWorker, w, at(w), cfg, w, n_actor,
                                            str(resume_from) if resume_from else None, state)
                               for w in p.workers["actor"]]
-        info = self._get(self.actor_workers[0].info.remote(), "actor worker 0")
+        info = self._get(self.actor_workers[0].info.remote(), "actor worker 0", STARTUP_TIMEOUT_S)
         self.chunk_size, self.image_size = info["chunk_size"], info["image_size"]
         R = len(p.workers["rollout"])
         E = len(p.workers["env"])
@@ -143,7 +150,8 @@ class RayRuntime:
         if n_actor > 1:
             address = self._get(self.actor_workers[0].free_address.remote(), "actor worker 0")
             self._get([a.init_group.remote(address) for a in self.actor_workers], "actor workers")
-        env_info = self._get(self.env_workers[0].info.remote(), "env worker 0")
+        env_info = self._get([w.info.remote() for w in self.env_workers + self.rollout_workers + self.actor_workers],
+                             "the workers", STARTUP_TIMEOUT_S)[0]
         self.asset_pack = env_info["asset_pack"]
         self.num_envs = cfg.env.train.total_num_envs
         self.stages = cfg.rollout.pipeline_stage_num
@@ -154,16 +162,21 @@ class RayRuntime:
 
     def pids(self) -> list[int]:
         """Process ids of every worker (for checking that none is left behind)."""
-        return [self._get(w.info.remote(), "worker")["pid"] for w in self.env_workers + self.actor_workers]
+        workers = self.env_workers + self.rollout_workers + self.actor_workers
+        return [i["pid"] for i in self._get([w.info.remote() for w in workers], "workers")]
 
     # ------------------------------------------------------------------ the runtime interface
-    def _get(self, refs, what: str):
+    def _get(self, refs, what: str, timeout: float | None = None):
         import ray
 
         from vla_trainer.update import NonFiniteLossError
 
         try:
-            return ray.get(refs)
+            return ray.get(refs, timeout=timeout)
+        except ray.exceptions.GetTimeoutError:
+            raise WorkerFailed(f"{what} did not answer within {timeout:.0f} s (workers still starting? an "
+                               "overloaded machine, or a cluster without the resources the placement asks for)"
+                               ) from None
         except ray.exceptions.RayTaskError as e:
             if isinstance(e.cause, (NonFiniteLossError, ConfigError)):
                 raise e.cause from None  # the same error the one-process runtime raises
@@ -297,14 +310,14 @@ class RayRuntime:
             except Exception:  # noqa: BLE001
                 pass
         self.actors = []
-        if self.pg is not None:
-            from ray.util.placement_group import remove_placement_group
+        from ray.util.placement_group import remove_placement_group
 
+        for pg in self.pgs:
             try:
-                remove_placement_group(self.pg)
+                remove_placement_group(pg)
             except Exception:  # noqa: BLE001
                 pass
-            self.pg = None
+        self.pgs = []
         if self.owns_ray:
             ray.shutdown()
             self.owns_ray = False

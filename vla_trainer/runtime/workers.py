@@ -134,6 +134,9 @@ class RolloutWorker:
         self.generators: dict[int, torch.Generator] = {}
         self.eval_env = None
 
+    def info(self) -> dict:
+        return {"pid": os.getpid()}
+
     def set_weights(self, state_dict: dict) -> float:
         t0 = time.perf_counter()
         self.policy.model.load_state_dict(state_dict)
