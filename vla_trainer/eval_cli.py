@@ -125,13 +125,17 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         r["category"] = VARIANTS[r["env_id"]].category if r["env_id"] in VARIANTS else "task"
     averages, table = ood_table(rows, header)
-    print(table)
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "eval.md").write_text(table + "\n")
-        (args.out / "eval.json").write_text(json.dumps({"checkpoint": str(model_dir), "rows": rows,
-                                                         "averages": averages, "sampling": mode}, indent=1))
+    report(args.out, table, {"checkpoint": str(model_dir), "rows": rows, "averages": averages, "sampling": mode})
     return 0
+
+
+def report(out: Path | None, table: str, payload: dict) -> None:
+    """Prints the table; with ``--out`` also writes it as ``eval.md`` and ``payload`` as ``eval.json``."""
+    print(table)
+    if out:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "eval.md").write_text(table + "\n")
+        (out / "eval.json").write_text(json.dumps(payload, indent=1))
 
 
 def libero_suites(spec: str) -> list[str]:
@@ -191,13 +195,8 @@ def libero_main(args) -> int:
     lines += [f"| {r['suite']} | {100 * r['success']:.2f} % | {r['episodes']} |" for r in rows]
     average = float(np.mean([r["success"] for r in rows]))
     lines.append(f"| **average** | {100 * average:.2f} % | {sum(r['episodes'] for r in rows)} |")
-    table = "\n".join(lines)
-    print(table)
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "eval.md").write_text(table + "\n")
-        (args.out / "eval.json").write_text(json.dumps({"checkpoint": str(model_dir), "suites": rows,
-                                                         "average": average, "sampling": mode}, indent=1))
+    report(args.out, "\n".join(lines), {"checkpoint": str(model_dir), "suites": rows, "average": average,
+                                        "sampling": mode})
     return 0
 
 

@@ -59,6 +59,14 @@ def evaluate_policy(env, policy, num_episodes: int, *, seed: int = 0, greedy: bo
         "num_episodes": len(per_episode["success_once"])}
 
 
+def evaluate_recipe(env, policy, cfg) -> dict:
+    """``evaluate_policy`` with a training recipe's evaluation settings (``env.eval.num_episodes``,
+    ``actor.seed``, ``algorithm.sampling_params``)."""
+    sp = cfg.algorithm.sampling_params
+    return evaluate_policy(env, policy, cfg.env.eval.num_episodes, seed=cfg.actor.seed, greedy=sp.use_greedy,
+                           temperature=sp.temperature_eval, top_k=sp.top_k or None)
+
+
 @torch.no_grad()
 def evaluate_initial_states(env, policy, *, seed: int = 0, greedy: bool = False, temperature: float = 0.6,
                             top_k: int | None = None, progress=None) -> dict[int, dict]:

@@ -19,7 +19,7 @@ import torch
 
 from vla_trainer.build import build_policy, iteration_seed, make_env, make_optimizer
 from vla_trainer.config.schema import TrainConfig
-from vla_trainer.evaluation import evaluate_policy
+from vla_trainer.evaluation import evaluate_recipe
 from vla_trainer.models import EnvGenerators
 from vla_trainer.rollout import Rollout, collect_rollout
 from vla_trainer.update import update_policy
@@ -81,11 +81,10 @@ class LocalRuntime:
         return 0.0  # the rollout policy is the trained one
 
     def evaluate(self) -> dict:
-        cfg, sp = self.cfg, self.cfg.algorithm.sampling_params
+        cfg = self.cfg
         if self.eval_env is None:
             self.eval_env = make_env(cfg.env.eval, self.image_size, evaluation=True)
-        return evaluate_policy(self.eval_env, self.policy, cfg.env.eval.num_episodes, seed=cfg.actor.seed,
-                               greedy=sp.use_greedy, temperature=sp.temperature_eval, top_k=sp.top_k or None)
+        return evaluate_recipe(self.eval_env, self.policy, cfg)
 
     def save(self, run_dir: Path, state: dict) -> Path:
         return self._save(run_dir, self.cfg, self.policy, self.optimizer, {**state, **rng_state(self.update_gen)})

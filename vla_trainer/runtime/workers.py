@@ -171,14 +171,13 @@ class RolloutWorker:
                 "final_values": final_values, "seconds": time.perf_counter() - t0}
 
     def evaluate(self) -> dict:
-        from vla_trainer.evaluation import evaluate_policy
+        from vla_trainer.evaluation import evaluate_recipe
 
-        cfg, sp = self.cfg, self.cfg.algorithm.sampling_params
+        cfg = self.cfg
         if self.eval_env is None:
             vec = "serial" if self.spec.kind == "cpu" else None
             self.eval_env = make_env(cfg.env.eval, self.policy.config.image_size, evaluation=True, vectorization=vec)
-        return evaluate_policy(self.eval_env, self.policy, cfg.env.eval.num_episodes, seed=cfg.actor.seed,
-                               greedy=sp.use_greedy, temperature=sp.temperature_eval, top_k=sp.top_k or None)
+        return evaluate_recipe(self.eval_env, self.policy, cfg)
 
     def offload(self) -> None:
         self.policy.model.to("cpu")
