@@ -30,12 +30,45 @@ class CameraFile:
     T_base_from_cam: np.ndarray
     path: Path
 
-    def intrinsic_for(self, height: int, width: int) -> np.ndarray:
-        """Intrinsics for rendering at another resolution (same field of view)."""
+    def intrinsic_for(self, height: int, width: int, crop: tuple[int, int, int, int] | None = None) -> np.ndarray:
+        """Intrinsics of the image the camera sees, or of its region ``crop``, resized to
+        ``height`` x ``width``. A crop followed by a resize is itself a pinhole camera, so a
+        cropped view renders at no extra cost and matches cropping the real camera's frame.
+
+        Args:
+            crop: ``(left, top, right, bottom)`` in pixels of this file's resolution (see
+                ``check_crop``); None for the whole image.
+        """
+        left, top, right, bottom = self.check_crop(crop)
         k = self.intrinsic.copy()
-        k[0] *= width / self.width
-        k[1] *= height / self.height
+        k[0, 2] -= left
+        k[1, 2] -= top
+        k[0] *= width / (right - left)
+        k[1] *= height / (bottom - top)
         return k
+
+    def check_crop(self, crop: tuple[int, int, int, int] | None) -> tuple[int, int, int, int]:
+        """``crop`` as four ints (the whole image for None).
+
+        Raises:
+            ValueError: naming ``camera_crop`` and the allowed range, if the region is empty or
+                leaves the ``width`` x ``height`` image.
+        """
+        if crop is None:
+            return 0, 0, self.width, self.height
+        try:
+            left, top, right, bottom = (int(v) for v in crop)
+        except (TypeError, ValueError):
+            raise ValueError(f"camera_crop must be (left, top, right, bottom) in pixels, got {crop!r}") from None
+        if not (0 <= left < right <= self.width and 0 <= top < bottom <= self.height):
+            raise ValueError(f"camera_crop {tuple(crop)} must satisfy 0 <= left < right <= {self.width} and "
+                             f"0 <= top < bottom <= {self.height} (the pixels of camera file {self.path})")
+        return left, top, right, bottom
+
+    def crop_fractions(self, crop: tuple[int, int, int, int] | None) -> tuple[float, float, float, float]:
+        """The crop as fractions of the image: crops pictures of the same view at any resolution."""
+        left, top, right, bottom = self.check_crop(crop)
+        return left / self.width, top / self.height, right / self.width, bottom / self.height
 
     def sapien_pose_in_base(self):
         """The camera pose in the base frame with SAPIEN's camera axes."""

@@ -54,24 +54,30 @@ class PutOnPlateInScene25Env(BaseEnv):
 
     def __init__(self, *args: Any, pack: AssetPack, variant: str = "PutOnPlateInScene25Main-v3",
                  camera_file: str | Path | None = None, camera_hw: tuple[int, int] = (480, 640),
+                 camera_crop: tuple[int, int, int, int] | None = None,
                  robot_uids: str = "panda", **kwargs: Any):
         self.pack = pack
         self.variant = get_variant(variant)
         self.split = self.variant.split()
         self.camera: CameraFile = load_camera_file(camera_file)
         self.image_hw = tuple(camera_hw)
+        self.camera_crop = self.camera.check_crop(camera_crop)
         self.num_episodes = self.split.num_episodes
         self._pairs = torch.as_tensor(episodes.position_pairs(), dtype=torch.float32) + self.variant.grid_offset_m
         self._grid = torch.as_tensor(episodes.grid_xy(), dtype=torch.float32) + self.variant.grid_offset_m
         yaws = torch.as_tensor(episodes.YAWS_RAD, dtype=torch.float32)
         self._yaw_quats = torch.stack([torch.cos(yaws / 2), 0 * yaws, 0 * yaws, torch.sin(yaws / 2)], 1)
         h, w = self.image_hw
-        self._overlays = torch.stack([
-            torch.as_tensor(np.array(Image.open(o.image_file).convert("RGB").resize((w, h), Image.BILINEAR)))
-            for o in pack.overlays])  # uint8 [n_overlays, H, W, 3]
-        self._textures = torch.stack([
-            torch.as_tensor(np.array(Image.open(o.texture_file).convert("RGB").resize((w, h), Image.BILINEAR)))
-            for o in pack.overlays])
+        fractions = self.camera.crop_fractions(self.camera_crop)
+
+        def view(file: Path) -> torch.Tensor:
+            """A picture of the whole camera view, cropped like the camera and resized to it."""
+            image = Image.open(file).convert("RGB")
+            box = tuple(f * image.size[i % 2] for i, f in enumerate(fractions))
+            return torch.as_tensor(np.array(image.resize((w, h), Image.BILINEAR, box=box)))
+
+        self._overlays = torch.stack([view(o.image_file) for o in pack.overlays])  # uint8 [n_overlays, H, W, 3]
+        self._textures = torch.stack([view(o.texture_file) for o in pack.overlays])
         super().__init__(*args, robot_uids=robot_uids, **kwargs)
 
     # ------------------------------------------------------------------ config
@@ -83,14 +89,14 @@ class PutOnPlateInScene25Env(BaseEnv):
     def _default_sensor_configs(self) -> list[CameraConfig]:
         h, w = self.image_hw
         pose = PANDA_BASE * self.camera.sapien_pose_in_base()
-        return [CameraConfig(CAMERA_UID, pose, w, h, intrinsic=self.camera.intrinsic_for(h, w),
+        return [CameraConfig(CAMERA_UID, pose, w, h, intrinsic=self.camera.intrinsic_for(h, w, self.camera_crop),
                              near=0.01, far=10.0)]
 
     @property
     def _default_human_render_camera_configs(self) -> CameraConfig:
         h, w = self.image_hw
         return CameraConfig("render_camera", PANDA_BASE * self.camera.sapien_pose_in_base(), w, h,
-                            intrinsic=self.camera.intrinsic_for(h, w), near=0.01, far=10.0)
+                            intrinsic=self.camera.intrinsic_for(h, w, self.camera_crop), near=0.01, far=10.0)
 
     # ------------------------------------------------------------------ scene
     def _load_agent(self, options: dict) -> None:

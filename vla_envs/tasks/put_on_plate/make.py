@@ -16,6 +16,7 @@ def make_put_on_plate_vector_env(num_envs: int = 1, *, variant: str = "PutOnPlat
                                  robot: str = "panda", low_poly: bool = False,
                                  camera_file: str | Path | None = None,
                                  image_size: int | tuple[int, int] = (480, 640),
+                                 camera_crop: tuple[int, int, int, int] | None = None,
                                  sim_backend: str = "auto", vectorization: str = "pool",
                                  asset_root: str | Path | None = None,
                                  **contract_kwargs: Any) -> ChunkVectorEnv:
@@ -31,6 +32,10 @@ def make_put_on_plate_vector_env(num_envs: int = 1, *, variant: str = "PutOnPlat
             only: evaluation must use the default.
         camera_file: the calibration tool's camera file (default: the packaged one).
         image_size: main camera side, or (height, width); intrinsics scale with it.
+        camera_crop: ``(left, top, right, bottom)`` in the camera file's pixels: the policy sees
+            only this region, resized to ``image_size`` (None: the whole view). Rendered as a
+            pinhole camera of its own, so it costs nothing; apply the same crop to the real
+            camera's frames.
         sim_backend, vectorization: as for every ManiSkill env.
         asset_root: where packs live (default ``$VLA_ENVS_ASSET_DIR``).
         **contract_kwargs: ``ChunkVectorEnv`` options.
@@ -43,7 +48,8 @@ def make_put_on_plate_vector_env(num_envs: int = 1, *, variant: str = "PutOnPlat
     if robot not in ROBOTS:
         raise ValueError(f"robot={robot!r}; available here: {list(ROBOTS)}")
     spec = get_variant(variant)  # unknown variant: error listing the valid ones, before any work
-    load_camera_file(camera_file)  # bad camera file: error naming the field, before any work
+    # bad camera file or crop: error naming the field, before any work
+    load_camera_file(camera_file).check_crop(camera_crop)
     pack = resolve_pack(assets, Path(asset_root) if asset_root else None)
     needed = max(spec.plates.stop, 2 if spec.distractor == "plate" else 0)
     if needed > len(pack.plates) or spec.objects.stop > len(pack.objects):
@@ -55,7 +61,7 @@ def make_put_on_plate_vector_env(num_envs: int = 1, *, variant: str = "PutOnPlat
         image_size=None, reward_mode="dense", obs_mode="rgb+segmentation",
         register_module="vla_envs.tasks.put_on_plate.env",
         env_kwargs=dict(pack=pack, variant=variant, camera_file=camera_file,
-                        camera_hw=image_hw, robot_uids="panda_lowpoly" if low_poly else "panda"),
+                        camera_hw=image_hw, camera_crop=camera_crop, robot_uids="panda_lowpoly" if low_poly else "panda"),
         **contract_kwargs)
     env.asset_pack = pack.kind  # recorded by eval reports and checkpoints
     env.variant = spec
