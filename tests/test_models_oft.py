@@ -77,3 +77,25 @@ def test_one_forward_decodes_the_whole_chunk():
     finally:
         hook.remove()
     assert len(calls) == 1 and sample.token_ids.shape == (3, 8, 7)
+
+
+def test_learned_slot_embeddings_are_the_default_slot_inputs_and_train():
+    import pytest
+
+    from vla_trainer.models import ConfigMismatchError, build_config
+
+    model, tok = tiny("tiny-openvla-oft", seed=0, slot_embeddings="learned")
+    x = policy_for(model, tok).prepare(make_obs(2, seed=0))
+    assert tuple(model.action_slots.shape) == (model.tokens_per_step, model.config.text_config.hidden_size)
+    out = model(x.pixel_values, x.input_ids, x.attention_mask)
+    explicit = model(x.pixel_values, x.input_ids, x.attention_mask,
+                     slot_embeds=model.action_slots.detach().expand(2, -1, -1))
+    torch.testing.assert_close(out.action_logits, explicit.action_logits, atol=0, rtol=0)
+    zeros = model(x.pixel_values, x.input_ids, x.attention_mask,
+                  slot_embeds=torch.zeros(2, model.tokens_per_step, model.config.text_config.hidden_size))
+    assert (out.action_logits - zeros.action_logits).abs().max() > 1e-4
+    out.action_logits.logsumexp(-1).sum().backward()
+    assert model.action_slots.grad is not None and model.action_slots.grad.abs().sum() > 0
+    assert tiny("tiny-openvla-oft", seed=0, slot_embeddings="zeros")[0].action_slots is None
+    with pytest.raises(ConfigMismatchError, match="slot_embeddings"):
+        build_config("tiny-openvla-oft", slot_embeddings="random")

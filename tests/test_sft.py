@@ -15,6 +15,9 @@ from vla_trainer.models import VLAPolicy, load_pretrained, unnormalize_actions
 from vla_trainer.sft import (
     action_chunks,
     build_samples,
+    gaussian_bin_targets,
+    lr_factor,
+    nll_loss,
     normalize_actions,
     resize_images,
     target_token_ids,
@@ -147,6 +150,52 @@ def test_same_seed_same_result(tmp_path):
     assert runs[0]["final_loss"] != runs[0]["initial_loss"]
 
 
+def test_lr_schedule_warms_up_then_decays_to_a_tenth():
+    steps, warmup = 100, 10
+    cosine = [lr_factor(i, steps, warmup, "cosine") for i in range(steps)]
+    assert cosine[:warmup] == pytest.approx([(i + 1) / warmup for i in range(warmup)])
+    assert cosine[warmup] == pytest.approx(1.0)
+    assert cosine[-1] == pytest.approx(0.1)
+    assert all(a >= b for a, b in zip(cosine[warmup:], cosine[warmup + 1:]))
+    assert cosine[warmup + 45] == pytest.approx(0.55, abs=0.02)  # half way: the mean of 1 and 0.1
+    assert [lr_factor(i, steps, 0, "constant") for i in (0, 50, 99)] == [1.0, 1.0, 1.0]
+
+
+def test_eval_curve_and_schedule_options(tmp_path):
+    small = write_demos(tmp_path / "small", episodes=2, steps=4)
+    m = train_sft(fresh_policy(), small, steps=4, batch_size=4, lr=1e-3, seed=3, out_dir=None, progress=False,
+                  eval_every=2, warmup_steps=2, lr_schedule="cosine")
+    assert [p["step"] for p in m["curve"]] == [2, 4]
+    assert m["curve"][-1]["loss"] == m["final_loss"]
+    assert set(m["curve"][0]) == {"step", "loss", "token_accuracy", "action_l1", "action_l1_of_zero"}
+    with pytest.raises(ValueError, match="lr_schedule"):
+        train_sft(fresh_policy(), small, steps=2, batch_size=4, lr=1e-3, lr_schedule="linear", progress=False)
+
+
+def test_gaussian_bin_targets():
+    w = gaussian_bin_targets(torch.tensor([[0, 10]]), 21, 2.0)
+    assert w.shape == (1, 2, 21)
+    torch.testing.assert_close(w.sum(-1), torch.ones(1, 2))
+    assert int(w[0, 1].argmax()) == 10 and torch.allclose(w[0, 1, 7], w[0, 1, 13])  # symmetric
+    assert w[0, 1, 9] < w[0, 1, 10] and w[0, 1, 5] < w[0, 1, 8]  # falls off with distance
+    assert float(w[0, 0, 0]) == pytest.approx(1 / (1 + sum(np.exp(-0.5 * (k / 2) ** 2) for k in range(1, 21))))
+    sharp = gaussian_bin_targets(torch.tensor([4]), 9, 1e-3)
+    torch.testing.assert_close(sharp, torch.nn.functional.one_hot(torch.tensor([4]), 9).float())
+
+
+def test_smoothed_loss_is_the_nll_for_a_tiny_sigma_and_lower_for_a_wide_one():
+    policy = fresh_policy()
+    rng = np.random.default_rng(0)
+    obs = {"image": rng.integers(0, 256, (2, IMAGE, IMAGE, 3), dtype=np.uint8), "instruction": INSTRUCTIONS[:2]}
+    inputs = policy.prepare(obs)
+    tokens = policy.act(inputs, greedy=True).action_token_ids
+    with torch.no_grad():
+        plain = nll_loss(policy, inputs, tokens)
+        torch.testing.assert_close(nll_loss(policy, inputs, tokens, 1e-4), plain, rtol=1e-5, atol=1e-5)
+        # greedy tokens are the most likely bins: spreading the target onto others costs more
+        assert nll_loss(policy, inputs, tokens, 5.0) > plain
+
+
 # --- CLI -------------------------------------------------------------------------------------
 
 
@@ -178,3 +227,18 @@ def test_cli_two_steps(tmp_path, capsys):
     assert (out / "config.json").is_file() and (out / "sft_metrics.json").is_file()
     model, tok = load_pretrained(out)
     assert model.config.chunk_size == 8 and tok is not None
+
+
+def test_cli_slot_embeddings(tmp_path, capsys):
+    demos = write_demos(tmp_path / "cli_demos", episodes=1, steps=4)
+    out = tmp_path / "learned"
+    rc = cli_main(["sft", "--demos", str(demos), "--steps", "1", "--batch-size", "4", "--out", str(out),
+                   "--slot-embeddings", "learned", "--warmup-steps", "1", "--lr-schedule", "cosine",
+                   "--label-sigma-bins", "2", "--eval-every", "1"])
+    assert rc == 0
+    model, _ = load_pretrained(out)
+    assert model.config.slot_embeddings == "learned" and model.action_slots is not None
+    assert json.loads((out / "sft_metrics.json").read_text())["curve"][0]["step"] == 1
+    rc = cli_main(["sft", "--demos", str(demos), "--steps", "1", "--out", str(tmp_path / "x"),
+                   "--preset", "tiny-openvla", "--slot-embeddings", "learned"])
+    assert rc == 2 and "OpenVLA-OFT presets" in capsys.readouterr().err

@@ -59,7 +59,16 @@ def cmd_sft(args: argparse.Namespace) -> int:
     if args.preset not in PRESETS:
         print(f"error: unknown preset {args.preset!r}; available: {sorted(PRESETS)}", file=sys.stderr)
         return 2
-    model, tokenizer = build_model(args.preset, seed=args.seed)
+    overrides = {"slot_embeddings": args.slot_embeddings} if args.slot_embeddings else {}
+    if overrides and not args.preset.endswith("-oft"):
+        print(f"error: --slot-embeddings applies to OpenVLA-OFT presets; {args.preset!r} decodes token by token",
+              file=sys.stderr)
+        return 2
+    try:
+        model, tokenizer = build_model(args.preset, seed=args.seed, **overrides)
+    except VLAModelError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     if tokenizer is None:
         print(f"error: preset {args.preset!r} has no built-in tokenizer; only the tiny presets "
               "can be trained from scratch here", file=sys.stderr)
@@ -67,7 +76,9 @@ def cmd_sft(args: argparse.Namespace) -> int:
     policy = VLAPolicy(model, tokenizer, unnorm_key=args.unnorm_key)
     try:
         metrics = train_sft(policy, args.demos, steps=args.steps, batch_size=args.batch_size, lr=args.lr,
-                            seed=args.seed, out_dir=args.out, log_every=args.log_every)
+                            seed=args.seed, out_dir=args.out, log_every=args.log_every,
+                            eval_every=args.eval_every, warmup_steps=args.warmup_steps,
+                            lr_schedule=args.lr_schedule, label_sigma_bins=args.label_sigma_bins)
     except (FileNotFoundError, ValueError, KeyError, VLAModelError) as e:
         print(f"error: {args.demos}: {e}", file=sys.stderr)
         return 2
@@ -153,6 +164,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="model init and minibatch seed (default: %(default)s)")
     p.add_argument("--log-every", type=positive_int, default=10,
                    help="log every N steps (default: %(default)s)")
+    p.add_argument("--eval-every", type=positive_int, default=None,
+                   help="every N steps, measure loss, token accuracy and greedy action L1 on up to 512 "
+                        "training samples (default: only before and after)")
+    p.add_argument("--warmup-steps", type=int, default=0, help="linear learning-rate warm-up (default: 0)")
+    p.add_argument("--lr-schedule", choices=("constant", "cosine"), default="constant",
+                   help="after warm-up: constant, or cosine down to 10%% of --lr (default: %(default)s)")
+    p.add_argument("--label-sigma-bins", type=float, default=0.0,
+                   help="train against a Gaussian over the action bins with this std (in bins) instead "
+                        "of the target bin alone (default: 0, plain NLL)")
+    p.add_argument("--slot-embeddings", choices=("zeros", "learned"), default=None,
+                   help="OFT presets: inputs of the action slots (default: the preset's, zeros as the "
+                        "official OFT; learned: one trained vector per slot, for training from scratch)")
     p.add_argument("--unnorm-key", default=None, help="action statistics to use (default: the only one)")
     p.set_defaults(func=cmd_sft)
     return parser

@@ -20,6 +20,7 @@ Read top to bottom:
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -119,10 +120,32 @@ def target_token_ids(policy: VLAPolicy, action_chunk: np.ndarray) -> torch.Tenso
     return policy.core.action_tokenizer.encode(normalized)
 
 
-def nll_loss(policy: VLAPolicy, inputs: PolicyInputs, tokens: torch.Tensor) -> torch.Tensor:
-    """Mean negative log-likelihood per target token (differentiable)."""
-    ev = policy.evaluate(inputs, tokens, temperature=1.0, top_k=None)
-    return -ev.log_probs.mean()
+def nll_loss(policy: VLAPolicy, inputs: PolicyInputs, tokens: torch.Tensor, label_sigma_bins: float = 0.0
+             ) -> torch.Tensor:
+    """Mean cross-entropy per target token (differentiable).
+
+    ``label_sigma_bins = 0``: the negative log-likelihood of the target bin. ``> 0``: against a
+    Gaussian over the bins centred on the target bin, with this standard deviation in bins
+    (a histogram loss for a continuous target: a near miss costs less than a far one, so the
+    gradient says which way to move, not only "not this bin").
+    """
+    if label_sigma_bins <= 0:
+        ev = policy.evaluate(inputs, tokens, temperature=1.0, top_k=None)
+        return -ev.log_probs.mean()
+    core = policy.core
+    out = core(inputs.pixel_values, inputs.input_ids, inputs.attention_mask, action_token_ids=tokens)
+    log_p = torch.log_softmax(out.action_logits, dim=-1)  # [N, C, A, n_bins]
+    weights = gaussian_bin_targets(core.action_token_indices(tokens), log_p.shape[-1], label_sigma_bins)
+    return -(weights * log_p).sum(-1).mean()
+
+
+def gaussian_bin_targets(target: torch.Tensor, n_bins: int, sigma_bins: float) -> torch.Tensor:
+    """A Gaussian over ``n_bins`` bins centred on each target bin, normalised over the bins.
+
+    Shapes: target int64 ``[...]`` -> float32 ``[..., n_bins]``.
+    """
+    bins = torch.arange(n_bins, device=target.device, dtype=torch.float32)
+    return torch.softmax(-0.5 * ((bins - target.unsqueeze(-1).float()) / sigma_bins) ** 2, dim=-1)
 
 
 @torch.no_grad()
@@ -158,6 +181,19 @@ def evaluate_samples(policy: VLAPolicy, samples: SFTSamples, tokens: torch.Tenso
             "action_l1": l1_sum / count, "action_l1_of_zero": l1_zero_sum / count}
 
 
+LR_SCHEDULES = ("constant", "cosine")
+
+
+def lr_factor(step: int, steps: int, warmup_steps: int, schedule: str) -> float:
+    """Multiplier of the base learning rate for optimizer step ``step`` (0-based) of ``steps``."""
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    if schedule == "constant":
+        return 1.0
+    progress = (step - warmup_steps) / max(1, steps - warmup_steps - 1)
+    return 0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+
+
 def save_checkpoint(policy: VLAPolicy, out_dir: str | Path, metrics: dict | None = None) -> Path:
     """Saves the model (LoRA adapters if it is a peft model), tokenizer and ``metrics``
     (``sft_metrics.json``) to ``out_dir``, atomically (``write_atomic_dir``)."""
@@ -184,6 +220,10 @@ def train_sft(
     weight_decay: float = 0.0,
     progress: bool = True,
     eval_samples: int | None = 512,
+    eval_every: int | None = None,
+    warmup_steps: int = 0,
+    lr_schedule: str = "constant",
+    label_sigma_bins: float = 0.0,
 ) -> dict:
     """Behaviour cloning of the demos in ``demo_dir``: minimises the target tokens' mean NLL.
 
@@ -195,9 +235,21 @@ def train_sft(
         "final_action_l1", "action_l1_of_zero",
         "num_samples", "steps", "checkpoint"}``; losses and accuracies are measured in eval mode
         before and after training, on ``eval_samples`` evenly spaced training samples (None: all).
+        With ``eval_every`` the same measurement every N steps is printed and returned as
+        ``"curve"`` (a list of ``{"step", "loss", "token_accuracy", "action_l1", "action_l1_of_zero"}``).
+
+    The learning rate rises linearly over ``warmup_steps``, then stays (``lr_schedule="constant"``)
+    or follows a cosine to 10 % of ``lr`` at the last step (``"cosine"``). ``label_sigma_bins``:
+    see ``nll_loss`` (the reported losses are always the plain NLL).
     """
     if steps < 1 or batch_size < 1 or lr <= 0:
         raise ValueError(f"steps, batch_size and lr must be positive; got {steps}, {batch_size}, {lr}")
+    if lr_schedule not in LR_SCHEDULES:
+        raise ValueError(f"lr_schedule {lr_schedule!r} is not one of {LR_SCHEDULES}")
+    if label_sigma_bins < 0:
+        raise ValueError(f"label_sigma_bins must be >= 0, got {label_sigma_bins}")
+    if warmup_steps < 0 or (eval_every is not None and eval_every < 1):
+        raise ValueError(f"warmup_steps must be >= 0 and eval_every >= 1; got {warmup_steps}, {eval_every}")
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
 
@@ -210,9 +262,12 @@ def train_sft(
 
     params = [p for p in policy.model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda i: lr_factor(i, steps, warmup_steps, lr_schedule)
+    )
     policy.model.train()
     order, pos = rng.permutation(len(samples)), 0
-    history = []
+    history, curve = [], []
     bar = tqdm(range(1, steps + 1), desc="sft", disable=not progress, dynamic_ncols=True)
     for step in bar:
         # next minibatch of a shuffled epoch (reshuffle when it runs out)
@@ -222,17 +277,24 @@ def train_sft(
         pos += len(idx)
 
         inputs = policy.prepare(samples.obs(idx))
-        loss = nll_loss(policy, inputs, tokens[idx].to(policy.device))
+        loss = nll_loss(policy, inputs, tokens[idx].to(policy.device), label_sigma_bins)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm).item()
         optimizer.step()
+        scheduler.step()
 
         history.append(loss.item())
         bar.set_postfix(loss=f"{history[-1]:.4f}")
         if log_every and step % log_every == 0:
             bar.write(f"step {step}/{steps}  loss {np.mean(history[-log_every:]):.4f}  "
                       f"grad_norm {grad_norm:.3f}")
+        if eval_every and step % eval_every == 0 and step < steps:
+            point = {"step": step, **evaluate_samples(policy, samples, tokens, batch_size, eval_samples)}
+            curve.append(point)
+            bar.write(f"step {step}/{steps}  eval: loss {point['loss']:.4f}  token_acc "
+                      f"{point['token_accuracy']:.3f}  action_l1 {point['action_l1']:.4f} "
+                      f"(zero action {point['action_l1_of_zero']:.4f})")
     policy.model.eval()
 
     after = evaluate_samples(policy, samples, tokens, batch_size, eval_samples)
@@ -245,6 +307,7 @@ def train_sft(
         "action_l1_of_zero": after["action_l1_of_zero"],
         "num_samples": len(samples),
         "steps": steps,
+        "curve": curve + [{"step": steps, **after}] if eval_every else None,
         "checkpoint": None,
     }
     if out_dir is not None:

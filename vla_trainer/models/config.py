@@ -204,6 +204,19 @@ class OpenVLAOFTConfig(OpenVLAConfig):
 
     model_type = "vla_openvla_oft"
     chunk_size: int = 8
+    # inputs of the action slots: "zeros" as in the official OFT (its pretrained Llama tells the
+    # slots apart by position), or "learned", one trained vector per slot, for models trained
+    # from scratch, whose slots otherwise start identical (RMSNorm of zero is zero)
+    slot_embeddings: str = "zeros"
+
+    def check(self) -> None:
+        super().check()
+        if self.slot_embeddings not in SLOT_EMBEDDINGS:
+            raise ConfigMismatchError(f"{type(self).__name__}.slot_embeddings: must be one of {SLOT_EMBEDDINGS}, "
+                                      f"got {self.slot_embeddings!r}")
+
+
+SLOT_EMBEDDINGS = ("zeros", "learned")
 
 
 def check_autoregressive(config: OpenVLAConfig) -> None:

@@ -1,7 +1,8 @@
 """OpenVLA-OFT for RL: a whole chunk of discrete action tokens decoded in ONE forward pass.
 
 The sequence is ``[BOS, patches, prompt, S empty slots]`` with ``S = chunk_size x action_dim``.
-Slots carry zero embeddings (they are placeholders, not previous actions) and see the prompt
+Slots carry zero embeddings (they are placeholders, not previous actions; the tiny presets,
+trained from scratch, learn one vector per slot instead) and see the prompt
 and each other (bidirectional block), while the prompt stays causal, so the prompt's hidden
 states equal those of a plain causal run. Slot ``j``'s own output is the logit vector of
 action token ``j``; the value is read at the first slot. This keeps OpenVLA's token
@@ -11,6 +12,7 @@ probabilities (needed for PPO/GRPO) where the official OFT regresses continuous 
 from __future__ import annotations
 
 import torch
+from torch import nn
 
 from .config import OpenVLAOFTConfig
 from .errors import InvalidInputError
@@ -22,6 +24,13 @@ class OpenVLAOFTForActionPrediction(OpenVLAForActionPrediction):
     """The OpenVLA backbone with parallel decoding of ``chunk_size`` actions (default 8)."""
 
     config_class = OpenVLAOFTConfig
+
+    def __init__(self, config: OpenVLAOFTConfig):
+        super().__init__(config)
+        self.action_slots = None
+        if config.slot_embeddings == "learned":
+            weight = torch.randn(self.tokens_per_step, config.text_config.hidden_size) * config.initializer_range
+            self.action_slots = nn.Parameter(weight)
 
     @staticmethod
     def check_config(config: OpenVLAOFTConfig) -> None:
@@ -40,7 +49,8 @@ class OpenVLAOFTForActionPrediction(OpenVLAForActionPrediction):
         """One pass over prompt + slots. ``action_token_ids`` are not needed (only validated).
 
         Args:
-            slot_embeds: inputs of the action slots ``[N, S, D]``; zeros (empty slots) if None.
+            slot_embeds: inputs of the action slots ``[N, S, D]``; if None, the model's own
+                (``config.slot_embeddings``: zeros, empty slots, or learned vectors).
 
         Shapes:
             returns action_logits ``[N, C, A, n_bins]``, values ``[N, V]``.
@@ -50,7 +60,9 @@ class OpenVLAOFTForActionPrediction(OpenVLAForActionPrediction):
         embeds, valid = self.embed_prefix(pixel_values, input_ids, attention_mask)
         n, length = valid.shape
         num_slots = self.tokens_per_step
-        if slot_embeds is None:
+        if slot_embeds is None and self.action_slots is not None:
+            slot_embeds = self.action_slots.unsqueeze(0).expand(n, -1, -1)
+        elif slot_embeds is None:
             slot_embeds = embeds.new_zeros(n, num_slots, embeds.shape[-1])
         elif tuple(slot_embeds.shape) != (n, num_slots, embeds.shape[-1]):
             raise InvalidInputError(
