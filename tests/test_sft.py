@@ -239,6 +239,7 @@ def test_cli_slot_embeddings(tmp_path, capsys):
     model, _ = load_pretrained(out)
     assert model.config.slot_embeddings == "learned" and model.action_slots is not None
     assert json.loads((out / "sft_metrics.json").read_text())["curve"][0]["step"] == 1
+    assert (out / "sft_curve.png").stat().st_size > 1000
     rc = cli_main(["sft", "--demos", str(demos), "--steps", "1", "--out", str(tmp_path / "x"),
                    "--preset", "tiny-openvla", "--slot-embeddings", "learned"])
     assert rc == 2 and "OpenVLA-OFT presets" in capsys.readouterr().err

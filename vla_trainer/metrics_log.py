@@ -104,3 +104,32 @@ def success_curve(records: list[dict], out_png: str | Path, title: str = "") -> 
     fig.savefig(out_png)
     plt.close(fig)
     return out_png
+
+
+def sft_curve(curve: list[dict], out_png: str | Path) -> Path | None:
+    """Plots a ``train_sft`` curve: greedy action L1 against the zero-action baseline, and the NLL."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if not curve:
+        return None
+    steps = [p["step"] for p in curve]
+    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=120)
+    ax.plot(steps, [p["action_l1"] for p in curve], "o-", label="greedy action L1")
+    ax.plot(steps, [p["action_l1_of_zero"] for p in curve], "--", color="gray", label="L1 of the zero action")
+    ax.set_xlabel("SFT step")
+    ax.set_ylabel("mean |action error| per dimension")
+    ax.grid(alpha=0.3)
+    nll = ax.twinx()
+    nll.plot(steps, [p["loss"] for p in curve], "s:", color="tab:red", label="NLL per token")
+    nll.set_ylabel("NLL per token (nats)", color="tab:red")
+    lines = ax.get_legend_handles_labels()
+    more = nll.get_legend_handles_labels()
+    ax.legend(lines[0] + more[0], lines[1] + more[1], loc="best", fontsize=8)
+    fig.tight_layout()
+    out_png = Path(out_png)
+    fig.savefig(out_png)
+    plt.close(fig)
+    return out_png

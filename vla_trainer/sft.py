@@ -32,6 +32,7 @@ from tqdm import tqdm
 from vla_envs.demos import load_demos
 
 from .checkpoint import save_model, write_atomic_dir
+from .metrics_log import sft_curve
 from .models import PolicyInputs, VLAPolicy
 
 
@@ -196,12 +197,15 @@ def lr_factor(step: int, steps: int, warmup_steps: int, schedule: str) -> float:
 
 def save_checkpoint(policy: VLAPolicy, out_dir: str | Path, metrics: dict | None = None) -> Path:
     """Saves the model (LoRA adapters if it is a peft model), tokenizer and ``metrics``
-    (``sft_metrics.json``) to ``out_dir``, atomically (``write_atomic_dir``)."""
+    (``sft_metrics.json``, and ``sft_curve.png`` when they hold a curve) to ``out_dir``,
+    atomically (``write_atomic_dir``)."""
 
     def fill(tmp: Path) -> None:
         save_model(policy, tmp)
         if metrics is not None:
             (tmp / "sft_metrics.json").write_text(json.dumps(metrics, indent=1))
+            if metrics.get("curve"):
+                sft_curve(metrics["curve"], tmp / "sft_curve.png")
 
     return write_atomic_dir(out_dir, fill)
 
