@@ -320,6 +320,34 @@ def test_collect_demos_writes_the_documented_format(asset_root, tmp_path, monkey
     assert str(ep["instruction"]).startswith("put ") and index["episodes"][0]["length"] == 12
 
 
+@pytest.mark.slow
+@pytest.mark.maniskill
+def test_vla_eval_reports_success_and_the_env_kwargs(asset_root, tmp_path, monkeypatch):
+    """``vla-eval`` of a (random) tiny policy on the cropped main task: both success notions and
+    the env options it ran with, so a report says which view the policy saw."""
+    import os
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from vla_trainer.checkpoint import save_model
+    from vla_trainer.eval_cli import main as vla_eval
+    from vla_trainer.models import VLAPolicy, build_model
+
+    monkeypatch.setenv("VLA_ENVS_ASSET_DIR", str(asset_root))
+    save_model(VLAPolicy(*build_model("tiny-openvla-oft", seed=0)), tmp_path / "model")
+    kwargs = {"low_poly": True, "time_limit": 8, "camera_crop": [190, 80, 460, 350]}
+    assert vla_eval(["--checkpoint", str(tmp_path / "model"), "--num-envs", "1", "--num-episodes", "1",
+                     "--vectorization", "serial", "--env-kwargs", json.dumps(kwargs),
+                     "--out", str(tmp_path / "eval")]) == 0
+    report = json.loads((tmp_path / "eval" / "eval.json").read_text())
+    assert report["env_kwargs"] == kwargs
+    row = report["rows"][0]
+    assert row["env_id"] == "PutOnPlateInScene25Main-v3" and row["asset_pack"] == "procedural"
+    assert 0.0 <= row["success_at_end"] <= row["success_once"] <= 1.0
+    assert vla_eval(["--checkpoint", str(tmp_path / "model"), "--num-envs", "1", "--num-episodes", "1",
+                     "--vectorization", "serial",
+                     "--env-kwargs", json.dumps({**kwargs, "camera_crop": [0, 0, 900, 10]})]) == 2
+
+
 def test_texture_and_image_noise_blend_as_documented():
     pytest.importorskip("mani_skill")
     from vla_envs.tasks.put_on_plate.env import composite

@@ -125,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         r["category"] = VARIANTS[r["env_id"]].category if r["env_id"] in VARIANTS else "task"
     averages, table = ood_table(rows, header)
-    report(args.out, table, {"checkpoint": str(model_dir), "rows": rows, "averages": averages, "sampling": mode})
+    report(args.out, table, {"checkpoint": str(model_dir), "rows": rows, "averages": averages, "sampling": mode,
+                             "env_kwargs": json.loads(args.env_kwargs)})
     return 0
 
 
