@@ -243,3 +243,26 @@ def test_cli_slot_embeddings(tmp_path, capsys):
     rc = cli_main(["sft", "--demos", str(demos), "--steps", "1", "--out", str(tmp_path / "x"),
                    "--preset", "tiny-openvla", "--slot-embeddings", "learned"])
     assert rc == 2 and "OpenVLA-OFT presets" in capsys.readouterr().err
+
+
+def test_cli_init_from_continues_where_the_checkpoint_left_off(tmp_path, capsys):
+    demos = write_demos(tmp_path / "cli_demos", episodes=1, steps=4)
+    first, second = tmp_path / "first", tmp_path / "second"
+    common = ["sft", "--demos", str(demos), "--batch-size", "4", "--lr", "1e-3"]
+    assert cli_main(common + ["--steps", "3", "--out", str(first), "--slot-embeddings", "learned"]) == 0
+    assert cli_main(common + ["--steps", "2", "--out", str(second), "--init-from", str(first)]) == 0
+    m1 = json.loads((first / "sft_metrics.json").read_text())
+    m2 = json.loads((second / "sft_metrics.json").read_text())
+    # the continued run starts from the first run's weights, not from a new model
+    assert m2["initial_loss"] == pytest.approx(m1["final_loss"], rel=1e-5)
+    assert m2["initial_loss"] < m1["initial_loss"] - 0.5
+    model, _ = load_pretrained(second)
+    assert model.config.slot_embeddings == "learned"
+    capsys.readouterr()
+
+    assert cli_main(common + ["--steps", "1", "--out", str(tmp_path / "x"), "--init-from", str(demos)]) == 2
+    assert "not a checkpoint folder" in capsys.readouterr().err
+    assert cli_main(common + ["--steps", "1", "--out", str(tmp_path / "y"), "--init-from", str(first),
+                              "--slot-embeddings", "zeros"]) == 2
+    assert "--init-from" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()

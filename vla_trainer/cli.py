@@ -45,6 +45,20 @@ def check_demo_folder(path: Path) -> str | None:
     return None
 
 
+def load_init_checkpoint(directory: Path):
+    """``(model, tokenizer)`` of a checkpoint folder to continue supervised training from.
+
+    Raises:
+        FileNotFoundError: ``directory`` is not a checkpoint folder (no config.json).
+    """
+    from vla_trainer.models import load_pretrained
+
+    if not (Path(directory) / "config.json").is_file():
+        raise FileNotFoundError(f"--init-from {directory}: not a checkpoint folder (no config.json); "
+                                "give the --out folder of an earlier vla-train sft or a vla-train checkpoint")
+    return load_pretrained(directory)
+
+
 def cmd_sft(args: argparse.Namespace) -> int:
     import os
 
@@ -64,9 +78,16 @@ def cmd_sft(args: argparse.Namespace) -> int:
         print(f"error: --slot-embeddings applies to OpenVLA-OFT presets; {args.preset!r} decodes token by token",
               file=sys.stderr)
         return 2
+    if args.init_from is not None and overrides:
+        print("error: --slot-embeddings shapes a new model; with --init-from the checkpoint's model is used as is",
+              file=sys.stderr)
+        return 2
     try:
-        model, tokenizer = build_model(args.preset, seed=args.seed, **overrides)
-    except VLAModelError as e:
+        if args.init_from is not None:
+            model, tokenizer = load_init_checkpoint(args.init_from)
+        else:
+            model, tokenizer = build_model(args.preset, seed=args.seed, **overrides)
+    except (VLAModelError, FileNotFoundError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if tokenizer is None:
@@ -176,6 +197,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--slot-embeddings", choices=("zeros", "learned"), default=None,
                    help="OFT presets: inputs of the action slots (default: the preset's, zeros as the "
                         "official OFT; learned: one trained vector per slot, for training from scratch)")
+    p.add_argument("--init-from", type=Path, default=None,
+                   help="continue from this checkpoint folder (an earlier --out) instead of a new model "
+                        "of --preset")
     p.add_argument("--unnorm-key", default=None, help="action statistics to use (default: the only one)")
     p.set_defaults(func=cmd_sft)
     return parser
