@@ -234,3 +234,22 @@ def test_hub_ids_fail_fast_offline(monkeypatch):
     assert not isinstance(info.value, (ConfigMismatchError, AttributeError, TypeError))
     with pytest.raises(FileNotFoundError, match="neither a checkpoint directory"):
         load_official_openvla("/nonexistent/dir/x")
+
+
+def test_half_precision_publication_loads_as_float32_within_rounding(saved, tmp_path):
+    from vla_trainer.checkpoint import publish_half_precision
+
+    _, model, _, directory, inputs = saved
+    out = publish_half_precision(directory, tmp_path / "shipped", {"command": "test"})
+    assert (out / "model.safetensors").stat().st_size < 0.55 * (directory / "model.safetensors").stat().st_size
+    assert json.loads((out / "made_by.json").read_text()) == {"command": "test"}
+    loaded, tokenizer = load_pretrained(out)
+    assert {p.dtype for p in loaded.parameters()} == {torch.float32}
+    for (name, a), b in zip(model.state_dict().items(), loaded.state_dict().values()):
+        if a.is_floating_point():
+            torch.testing.assert_close(b, a.half().float(), rtol=0, atol=0, msg=name)
+    logits, values = raw_outputs(loaded, inputs)
+    torch.testing.assert_close(logits, raw_outputs(model, inputs)[0], atol=0.05, rtol=0.05)
+    with pytest.raises(FileNotFoundError, match="not a model checkpoint folder"):
+        publish_half_precision(tmp_path, tmp_path / "x", {})
+    assert not (tmp_path / "x").exists()

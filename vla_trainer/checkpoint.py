@@ -47,6 +47,34 @@ def write_atomic_dir(out_dir: str | Path, fill: Callable[[Path], None]) -> Path:
     return out_dir
 
 
+def publish_half_precision(src: str | Path, dst: str | Path, made_by: dict) -> Path:
+    """Copies the model checkpoint folder ``src`` to ``dst`` (atomically) with its floating-point
+    weights stored as float16 and ``made_by`` (how it was produced) in ``made_by.json``.
+    Training records (``sft_metrics.json``, which names the folder it was written to) stay
+    behind; put what matters of them into ``made_by``.
+
+    Half the bytes of a float32 checkpoint, for one that is shipped in the repository. The config
+    still says float32, so ``load_pretrained(dst)`` returns a float32 model (the weights rounded to
+    float16, relative error <= 2^-11).
+    """
+    from safetensors.torch import load_file, save_file
+
+    src = Path(src)
+    if not (src / "config.json").is_file() or not (src / "model.safetensors").is_file():
+        raise FileNotFoundError(f"{src} is not a model checkpoint folder (config.json + model.safetensors)")
+
+    def fill(tmp: Path) -> None:
+        for f in src.iterdir():
+            if f.is_file() and f.name not in ("model.safetensors", "sft_metrics.json"):
+                shutil.copy2(f, tmp / f.name)
+        weights = load_file(str(src / "model.safetensors"))
+        half = {k: v.half() if v.is_floating_point() else v for k, v in weights.items()}
+        save_file(half, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        (tmp / "made_by.json").write_text(json.dumps(made_by, indent=1) + "\n")
+
+    return write_atomic_dir(dst, fill)
+
+
 def write_text_atomic(path: str | Path, text: str) -> None:
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{time.time_ns()}")
