@@ -1,56 +1,60 @@
 #!/usr/bin/env bash
 # The main job on a fresh machine: a real RL fine-tuning run on this CPU.
 #   1. set up (scripts/setup.sh maniskill)
-#   2. record scripted-expert demos on PutOnPlateInScene25Main-v3 (procedural assets, low-poly Panda,
-#      the camera cropped to the workspace, 64 px)
-#   3. supervised warm start of the tiny OpenVLA-OFT preset on them (vla-train sft)
-#   4. PPO from that warm start (vla-train --config cpu_ppo_tiny_put_on_plate), evaluating on
-#      held-out initial states every 10 iterations; writes the success curve
-#   5. vla-eval of the warm start and of the PPO policy on the same held-out initial states
-# Everything lands in runs/main/ (demos/, sft/, ppo/ with metrics.jsonl, tensorboard/,
-# checkpoints/, success_curve.png; eval_sft/ and eval_ppo/). A step whose output exists is
-# skipped, and PPO resumes from its latest checkpoint, so an interrupted run continues.
-# Budget (env vars): VLA_DEMO_EPISODES (300), VLA_SFT_STEPS (800), VLA_PPO_MINUTES (25),
-# VLA_EVAL_EPISODES (32). Extra arguments are recipe overrides for the PPO stage.
+#   2. the warm start: by default the shipped one, warm_start/tiny-openvla-oft-put-on-plate (the tiny
+#      OpenVLA-OFT preset trained by scripts/make_warm_start.sh on scripted-expert demos; its
+#      made_by.json says how). VLA_WARM_START=train makes it here instead (about 1.5 h more);
+#      VLA_WARM_START=<checkpoint folder> uses that one.
+#   3. PPO from the warm start (vla-train --config cpu_ppo_tiny_put_on_plate) on
+#      PutOnPlateInScene25Main-v3 (procedural assets, low-poly Panda, camera cropped to the workspace,
+#      64 px), evaluating on held-out initial states every 10 iterations; writes the success curve
+#   4. vla-eval of the warm start and of the PPO policy on the same held-out initial states
+# Everything lands in runs/main/ (ppo/ with metrics.jsonl, tensorboard/, checkpoints/,
+# success_curve.png; eval_warm_start/ and eval_ppo/; warm_start/ when trained here). PPO resumes
+# from its latest checkpoint, so an interrupted run continues.
+# Budget (env vars): VLA_PPO_MINUTES (50), VLA_EVAL_EPISODES (32). Extra arguments are recipe
+# overrides for the PPO stage.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$ROOT/scripts/setup.sh" maniskill
 cd "$ROOT"
 export HF_HUB_OFFLINE=1
+source scripts/main_job_env.sh
 OUT="${VLA_RUN_DIR:-runs/main}"
-ENV_KWARGS='{"low_poly": true, "assets": "procedural", "camera_crop": [190, 80, 460, 350]}'
+WARM="${VLA_WARM_START:-shipped}"
 mkdir -p "$OUT"
 
-if [ ! -f "$OUT/demos/index.json" ]; then
-  echo "== 1/4 scripted-expert demos -> $OUT/demos"
-  .venv/bin/vla-envs collect-demos PutOnPlateInScene25Main-v3 --num-envs 2 --steps 100000 \
-    --episodes "${VLA_DEMO_EPISODES:-300}" --image-size 64 --seed 100 --env-kwargs "$ENV_KWARGS" \
-    --out "$OUT/demos.partial"
-  rm -rf "$OUT/demos" && mv "$OUT/demos.partial" "$OUT/demos"
+case "$WARM" in
+  shipped) MODEL=warm_start/tiny-openvla-oft-put-on-plate ;;
+  train)
+    echo "== 1/3 the warm start, trained here -> $OUT/warm_start"
+    bash scripts/make_warm_start.sh "$OUT/warm_start"
+    MODEL="$OUT/warm_start/sft" ;;
+  *) MODEL="$WARM" ;;
+esac
+if [ ! -f "$MODEL/config.json" ]; then
+  echo "error: VLA_WARM_START=$WARM: $MODEL is not a checkpoint folder (no config.json); use shipped, train," \
+       "or the folder of a vla-train sft / vla-train checkpoint" >&2
+  exit 2
 fi
-if [ ! -f "$OUT/sft/config.json" ]; then
-  echo "== 2/4 supervised warm start -> $OUT/sft"
-  .venv/bin/vla-train sft --demos "$OUT/demos" --preset tiny-openvla-oft --slot-embeddings learned \
-    --steps "${VLA_SFT_STEPS:-800}" --batch-size 32 --lr 1e-3 --warmup-steps 100 --lr-schedule cosine \
-    --eval-every 100 --out "$OUT/sft" --seed 0 --log-every 50
-fi
-echo "== 3/4 PPO from the warm start -> $OUT/ppo"
+echo "== 2/3 PPO from the warm start $MODEL -> $OUT/ppo"
 RESUME=()
 if [ -f "$OUT/ppo/checkpoints/latest" ]; then RESUME=(runner.resume_dir=auto); fi
 .venv/bin/vla-train --config cpu_ppo_tiny_put_on_plate --run-dir "$OUT/ppo" \
-  actor.model.model_path="$OUT/sft" runner.max_epochs=100000 \
-  runner.max_wall_minutes="${VLA_PPO_MINUTES:-25}" "${RESUME[@]}" "$@"
-echo "== 4/4 held-out evaluation of the warm start and the PPO policy"
-for stage in sft ppo; do
-  .venv/bin/vla-eval --checkpoint "$OUT/$stage" --num-envs 4 --num-episodes "${VLA_EVAL_EPISODES:-32}" \
-    --seed 7 --env-kwargs "$ENV_KWARGS" --out "$OUT/eval_$stage"
-done
+  actor.model.model_path="$MODEL" runner.max_epochs=100000 \
+  runner.max_wall_minutes="${VLA_PPO_MINUTES:-50}" "${RESUME[@]}" "$@"
+echo "== 3/3 held-out evaluation of the warm start and the PPO policy"
+.venv/bin/vla-eval --checkpoint "$MODEL" --num-envs 4 --num-episodes "${VLA_EVAL_EPISODES:-32}" \
+  --seed 7 --env-kwargs "$ENV_KWARGS" --out "$OUT/eval_warm_start"
+.venv/bin/vla-eval --checkpoint "$OUT/ppo" --num-envs 4 --num-episodes "${VLA_EVAL_EPISODES:-32}" \
+  --seed 7 --env-kwargs "$ENV_KWARGS" --out "$OUT/eval_ppo"
 .venv/bin/python - "$OUT" <<'PY'
 import json, sys
 out = sys.argv[1]
-rows = {s: json.load(open(f"{out}/eval_{s}/eval.json"))["rows"][0] for s in ("sft", "ppo")}
-for key in ("success_once", "success_at_end"):
-    a, b = rows["sft"][key], rows["ppo"][key]
-    print(f"{key:15s} warm start {100 * a:5.1f}%  ->  PPO {100 * b:5.1f}%  ({100 * (b - a):+.1f} points)")
+rows = {s: json.load(open(f"{out}/eval_{s}/eval.json"))["rows"][0] for s in ("warm_start", "ppo")}
+for key in ("success_once", "success_at_end", "return"):
+    a, b = rows["warm_start"][key], rows["ppo"][key]
+    scale, unit = (100, "%") if key != "return" else (1, "")
+    print(f"{key:15s} warm start {scale * a:6.2f}{unit}  ->  PPO {scale * b:6.2f}{unit}  ({scale * (b - a):+.2f})")
 print(f"success curve: {out}/ppo/success_curve.png   TensorBoard: .venv/bin/tensorboard --logdir {out}/ppo/tensorboard")
 PY

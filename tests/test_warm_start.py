@@ -1,0 +1,52 @@
+"""The shipped warm start (warm_start/tiny-openvla-oft-put-on-plate, made by
+scripts/make_warm_start.sh): it loads with the current model code, says how it was made, saw the
+view the PPO recipe trains on, and drives the real env through vla-eval."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from tiny_vla import tiny  # noqa: F401  (sets HF_HUB_OFFLINE and one torch thread)
+
+from vla_trainer.config import load_config
+from vla_trainer.models import load_pretrained
+
+SHIPPED = Path(__file__).resolve().parents[1] / "warm_start" / "tiny-openvla-oft-put-on-plate"
+
+
+def test_loads_as_the_float32_tiny_oft_preset_with_learned_slots():
+    model, tokenizer = load_pretrained(SHIPPED)
+    assert type(model).__name__ == "OpenVLAOFTForActionPrediction" and tokenizer is not None
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+    cfg = model.config
+    assert (cfg.image_size, cfg.chunk_size, cfg.slot_embeddings) == (64, 8, "learned")
+    assert sum(p.numel() for p in model.parameters()) < 20e6
+
+
+def test_made_by_matches_the_recipe_it_warm_starts():
+    made_by = json.loads((SHIPPED / "made_by.json").read_text())
+    recipe = load_config("cpu_ppo_tiny_put_on_plate")
+    assert made_by["script"] == "scripts/make_warm_start.sh"
+    assert made_by["demos"]["env_id"] == recipe.env.train.task
+    assert made_by["demos"]["env_kwargs"] == dict(recipe.env.train.env_kwargs) == dict(recipe.env.eval.env_kwargs)
+    last = made_by["stages"][-1]
+    # it learned more than the actions' mode: its greedy action is closer to the expert's than "do nothing"
+    assert last["final_action_l1"] < 0.8 * last["action_l1_of_zero"]
+    assert not any("/" in str(v) for v in made_by["demos"].values() if isinstance(v, str))
+
+
+@pytest.mark.slow
+@pytest.mark.maniskill
+def test_vla_eval_runs_the_shipped_warm_start(tmp_path, monkeypatch):
+    from vla_trainer.eval_cli import main as vla_eval
+
+    monkeypatch.setenv("VLA_ENVS_ASSET_DIR", str(tmp_path / "assets"))
+    kwargs = {**load_config("cpu_ppo_tiny_put_on_plate").env.eval.env_kwargs, "time_limit": 8}
+    assert vla_eval(["--checkpoint", str(SHIPPED), "--num-envs", "1", "--num-episodes", "1",
+                     "--vectorization", "serial", "--env-kwargs", json.dumps(dict(kwargs)),
+                     "--out", str(tmp_path / "eval")]) == 0
+    row = json.loads((tmp_path / "eval" / "eval.json").read_text())["rows"][0]
+    assert row["num_episodes"] == 1 and row["length"] == 8 and row["asset_pack"] == "procedural"
