@@ -14,6 +14,7 @@ from vla_trainer.cli import main as cli_main
 from vla_trainer.models import VLAPolicy, load_pretrained, unnormalize_actions
 from vla_trainer.sft import (
     action_chunks,
+    action_error_by_step,
     build_samples,
     gaussian_bin_targets,
     lr_factor,
@@ -124,6 +125,22 @@ def test_action_error_is_reported_against_the_zero_action(trained, demos):
     chunks = build_samples(demos, chunk_size=trained[0].chunk_size).action_chunk
     assert m["action_l1_of_zero"] == pytest.approx(float(np.abs(chunks).mean()), rel=1e-5)
     assert 0.0 <= m["final_action_l1"] < 2.0
+
+
+def test_action_error_by_step_separates_steps_and_dimensions(trained, demos):
+    policy = trained[0]
+    report = action_error_by_step(policy, demos, steps=(0, 5, STEPS))
+    assert sorted(report) == [0, 5]  # no episode has a step STEPS
+    for t in (0, 5):
+        expert = np.stack([expert_action(ep, t) for ep in range(EPISODES)])
+        assert report[t]["episodes"] == EPISODES
+        np.testing.assert_allclose(report[t]["zero"], np.abs(expert).mean(0), rtol=1e-5)
+        # the same observations through the training-sample path: sample ep * STEPS + t
+        samples = build_samples(demos, policy.chunk_size)
+        idx = np.arange(EPISODES) * STEPS + t
+        with torch.no_grad():
+            greedy = policy.act(policy.prepare(samples.obs(idx)), greedy=True).actions[:, 0].numpy()
+        np.testing.assert_allclose(report[t]["policy"], np.abs(greedy - expert).mean(0), atol=1e-6)
 
 
 def test_checkpoint_reloads_identically(trained):
@@ -266,3 +283,31 @@ def test_cli_init_from_continues_where_the_checkpoint_left_off(tmp_path, capsys)
                               "--slot-embeddings", "zeros"]) == 2
     assert "--init-from" in capsys.readouterr().err
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+
+
+def test_cli_sft_report(trained, demos, tmp_path, capsys):
+    _, _, ckpt = trained
+    out = tmp_path / "report.json"
+    assert cli_main(["sft-report", "--checkpoint", str(ckpt), "--demos", str(demos), "--steps", "0,2",
+                     "--json", str(out)]) == 0
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("t=")]
+    assert [ln.split()[0] for ln in lines] == ["t=0", "t=2"]
+    report = json.loads(out.read_text())
+    expert = np.stack([expert_action(ep, 2) for ep in range(EPISODES)])
+    np.testing.assert_allclose(report["2"]["zero"], np.abs(expert).mean(0), rtol=1e-5)
+    assert f"gripper {report['0']['policy'][6]:.2f}/{report['0']['zero'][6]:.2f}" in lines[0]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--steps", "0,-1"], "--steps"),
+    (["--steps", "a"], "--steps"),
+])
+def test_cli_sft_report_rejects_bad_steps(trained, demos, capsys, args, message):
+    assert cli_main(["sft-report", "--checkpoint", str(trained[2]), "--demos", str(demos), *args]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_cli_sft_report_rejects_a_folder_without_a_model(demos, tmp_path, capsys):
+    assert cli_main(["sft-report", "--checkpoint", str(tmp_path), "--demos", str(demos)]) == 2
+    err = capsys.readouterr().err
+    assert "--checkpoint" in err and "not a checkpoint folder" in err

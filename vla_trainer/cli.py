@@ -107,6 +107,45 @@ def cmd_sft(args: argparse.Namespace) -> int:
     return 0
 
 
+ACTION_DIM_NAMES = ("x", "y", "z", "roll", "pitch", "yaw", "gripper")
+
+
+def cmd_sft_report(args: argparse.Namespace) -> int:
+    import os
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from vla_trainer.models import VLAModelError, VLAPolicy
+    from vla_trainer.sft import action_error_by_step
+
+    try:
+        steps = tuple(int(t) for t in args.steps.split(","))
+        if min(steps) < 0:
+            raise ValueError
+    except ValueError:
+        print(f"error: --steps {args.steps!r}: give episode steps >= 0, comma-separated, e.g. 0,1,3",
+              file=sys.stderr)
+        return 2
+    problem = check_demo_folder(args.demos)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    try:
+        model, tokenizer = load_init_checkpoint(args.checkpoint)
+        report = action_error_by_step(VLAPolicy(model, tokenizer), args.demos, steps)
+    except (FileNotFoundError, ValueError, KeyError, VLAModelError) as e:
+        print(f"error: {e}".replace("--init-from", "--checkpoint"), file=sys.stderr)
+        return 2
+    names = ACTION_DIM_NAMES if len(next(iter(report.values()))["zero"]) == len(ACTION_DIM_NAMES) else None
+    print("greedy |error| of the chunk's first action at episode step t, against the zero action's")
+    for t, row in report.items():
+        dims = names or range(len(row["zero"]))
+        cells = "  ".join(f"{d} {p:.2f}/{z:.2f}" for d, p, z in zip(dims, row["policy"], row["zero"]))
+        print(f"t={t:<3d} ({row['episodes']} episodes)  {cells}")
+    if args.json:
+        args.json.write_text(json.dumps({str(t): row for t, row in report.items()}, indent=1))
+    return 0
+
+
 def cmd_rl(args: argparse.Namespace) -> int:
     import os
 
@@ -158,7 +197,7 @@ def cmd_recipes(args: argparse.Namespace) -> int:
     return 0
 
 
-SUBCOMMANDS = ("rl", "sft", "recipes")
+SUBCOMMANDS = ("rl", "sft", "sft-report", "recipes")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -202,6 +241,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "of --preset")
     p.add_argument("--unnorm-key", default=None, help="action statistics to use (default: the only one)")
     p.set_defaults(func=cmd_sft)
+    q = sub.add_parser("sft-report", help="where a warm start errs: action error per episode step and dimension")
+    q.add_argument("--checkpoint", type=Path, required=True, help="model or checkpoint folder")
+    q.add_argument("--demos", type=Path, required=True, help="demo folder (index.json + episode_*.npz)")
+    q.add_argument("--steps", default="0,1,3", help="episode steps, comma-separated (default: %(default)s)")
+    q.add_argument("--json", type=Path, default=None, help="also write the report as JSON")
+    q.set_defaults(func=cmd_sft_report)
     return parser
 
 

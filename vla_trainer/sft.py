@@ -182,6 +182,43 @@ def evaluate_samples(policy: VLAPolicy, samples: SFTSamples, tokens: torch.Tenso
             "action_l1": l1_sum / count, "action_l1_of_zero": l1_zero_sum / count}
 
 
+@torch.no_grad()
+def action_error_by_step(policy: VLAPolicy, demo_dir: str | Path, steps: tuple[int, ...] = (0, 1, 3),
+                         batch_size: int = 64) -> dict[int, dict]:
+    """Greedy error of the first action of the chunk, per action dimension, at episode step ``t``.
+
+    ``evaluate_samples`` averages over every step of every episode, where most expert actions are
+    near zero; this separates the steps that decide an episode (``t = 0`` is the reach towards
+    the object) and the dimensions (a policy can get x right and y wrong).
+
+    Returns:
+        ``{t: {"policy": [A], "zero": [A], "episodes": n}}``: mean ``|a_policy - a_expert|`` and
+        ``|a_expert|`` over the ``n`` episodes longer than ``t`` (``t`` without any is left out).
+    """
+    _, episodes = load_demos(demo_dir)
+    was_training = policy.model.training
+    policy.model.eval()
+    report = {}
+    for t in steps:
+        chosen = [e for e in episodes if len(e["action"]) > t]
+        if not chosen:
+            continue
+        image = resize_images(np.stack([e["image"][t] for e in chosen]), policy.config.image_size)
+        expert = np.stack([e["action"][t] for e in chosen]).astype(np.float32)  # [n, A]
+        predicted = []
+        for start in range(0, len(chosen), batch_size):
+            part = chosen[start:start + batch_size]
+            obs = {"image": image[start:start + batch_size],
+                   "state": np.stack([e["state"][t] for e in part]).astype(np.float32),
+                   "instruction": tuple(str(e["instruction"]) for e in part)}
+            predicted.append(policy.act(policy.prepare(obs), greedy=True).actions[:, 0].cpu().numpy())
+        predicted = np.concatenate(predicted)  # [n, A]
+        report[t] = {"policy": np.abs(predicted - expert).mean(0).tolist(),
+                     "zero": np.abs(expert).mean(0).tolist(), "episodes": len(chosen)}
+    policy.model.train(was_training)
+    return report
+
+
 LR_SCHEDULES = ("constant", "cosine")
 
 
