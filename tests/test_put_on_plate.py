@@ -302,6 +302,42 @@ def test_scripted_expert_solves_fixed_seeds(sim_env, seed):
     assert success
 
 
+def test_perturb_adds_noise_to_translation_and_yaw_only():
+    from vla_envs.cli import PERTURBED_DIMS, perturb
+
+    actions = np.tile(np.array([0.5, -0.5, 0.0, 0.0, 0.0, 0.9, 1.0], np.float32), (64, 1, 1))
+    assert perturb(actions, 0.0, np.random.default_rng(0)) is actions
+    out = perturb(actions, 0.5, np.random.default_rng(0))
+    assert out.shape == actions.shape and out.dtype == np.float32
+    kept = [d for d in range(7) if d not in PERTURBED_DIMS]
+    np.testing.assert_array_equal(out[..., kept], actions[..., kept])
+    assert (out[..., PERTURBED_DIMS] != actions[..., PERTURBED_DIMS]).mean() > 0.9
+    assert out.min() >= -1.0 and out.max() <= 1.0 and (out[..., 5] == 1.0).any()  # clipped
+    np.testing.assert_array_equal(out, perturb(actions, 0.5, np.random.default_rng(0)))
+
+
+@pytest.mark.slow
+@pytest.mark.maniskill
+def test_scripted_expert_recovers_from_perturbed_actions(sim_env):
+    """What ``collect-demos --action-noise`` relies on: executing noisy actions, the closed-loop
+    expert still solves the episode, so the recorded recoveries are successful demos."""
+    from vla_envs.cli import perturb
+    from vla_envs.tasks.put_on_plate.expert import ScriptedExpert
+
+    sim_env.reset(seed=1)
+    expert, rng = ScriptedExpert(1), np.random.default_rng(0)
+    success, moved_off = False, 0.0
+    for _ in range(80):
+        action = expert.act([sim_env.backend.call(0, "expert_state")])
+        executed = perturb(action[:, None], 0.3, rng)[:, 0]
+        moved_off = max(moved_off, float(np.abs(executed - action).max()))
+        _, _, terminated, truncated, info = sim_env.step(executed)
+        success |= bool(info["success"][0])
+        if terminated[0] or truncated[0]:
+            break
+    assert moved_off > 0.3 and success
+
+
 @pytest.mark.slow
 @pytest.mark.maniskill
 def test_collect_demos_writes_the_documented_format(asset_root, tmp_path, monkeypatch):
@@ -311,13 +347,22 @@ def test_collect_demos_writes_the_documented_format(asset_root, tmp_path, monkey
     monkeypatch.setenv("VLA_ENVS_ASSET_DIR", str(asset_root))
     out = tmp_path / "demos"
     assert main(["collect-demos", "PutOnPlateInScene25Main-v3", "--num-envs", "1", "--episodes", "1",
-                 "--image-size", "32", "--all", "--out", str(out), "--env-kwargs",
+                 "--image-size", "32", "--all", "--out", str(out), "--action-noise", "0.2", "--env-kwargs",
                  '{"low_poly": true, "vectorization": "serial", "time_limit": 12}']) == 0
     index, episodes = load_demos(out)
-    assert index["asset_pack"] == "procedural" and len(episodes) == 1
+    assert index["asset_pack"] == "procedural" and len(episodes) == 1 and index["action_noise"] == 0.2
     ep = episodes[0]
     assert ep["image"].shape == (12, 32, 32, 3) and ep["action"].shape == (12, 7)
     assert str(ep["instruction"]).startswith("put ") and index["episodes"][0]["length"] == 12
+
+
+@pytest.mark.parametrize("args", [["--action-noise", "1.5"], ["--action-noise", "-0.1"]])
+def test_collect_demos_rejects_bad_action_noise(args, tmp_path, capsys):
+    from vla_envs.cli import main
+
+    assert main(["collect-demos", "PutOnPlateInScene25Main-v3", "--out", str(tmp_path / "d"), *args]) == 2
+    assert "--action-noise" in capsys.readouterr().err
+    assert not (tmp_path / "d").exists()
 
 
 @pytest.mark.slow

@@ -33,6 +33,20 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+PERTURBED_DIMS = [0, 1, 2, 5]  # translation and yaw; the gripper command stays the expert's
+
+
+def perturb(actions: np.ndarray, std: float, rng: np.random.Generator) -> np.ndarray:
+    """The actions to execute: ``actions`` ``[N, C, 7]`` plus Gaussian noise of ``std`` on
+    translation and yaw, clipped to [-1, 1]. Demos record the unperturbed actions (DART: the
+    states drift off the expert's path, the labels show how it recovers)."""
+    if not std:
+        return actions
+    out = actions.copy()
+    out[..., PERTURBED_DIMS] += rng.normal(0.0, std, out[..., PERTURBED_DIMS].shape)
+    return np.clip(out, -1.0, 1.0).astype(np.float32)
+
+
 def run_episodes(args: argparse.Namespace, recorder_folder: Path | None = None) -> dict:
     """Roll out ``args.policy`` for ``args.steps`` steps per env (or until ``args.episodes``
     episodes ended), optionally recording video and demos. Returns a summary dict."""
@@ -50,6 +64,10 @@ def run_episodes(args: argparse.Namespace, recorder_folder: Path | None = None) 
         raise ValueError("--steps, --chunk and --num-envs must be >= 1")
     if args.policy == "expert" and not spec.expert:
         raise ValueError(f"{args.env_id} has no scripted expert; --policy must be 'random' or 'zero'")
+    action_noise = getattr(args, "action_noise", 0.0)
+    if not 0.0 <= action_noise <= 1.0 or (action_noise and args.policy != "expert"):
+        raise ValueError(f"--action-noise {action_noise}: must be in [0, 1], and only perturbs the expert's "
+                         "actions (--policy expert)")
     t0 = time.perf_counter()
     kwargs = {"image_size": args.image_size, **json.loads(args.env_kwargs)}
     env = gym.make(args.env_id, num_envs=args.num_envs, **kwargs)
@@ -63,7 +81,7 @@ def run_episodes(args: argparse.Namespace, recorder_folder: Path | None = None) 
         expert = getattr(importlib.import_module(module), name)(args.num_envs, seed=args.seed)
     chunk = 1 if expert is not None else args.chunk  # a closed-loop expert re-plans every step
     recorder = (EpisodeRecorder(recorder_folder, args.num_envs, args.env_id, getattr(base, "asset_pack", None),
-                                only_success=getattr(args, "only_success", True))
+                                only_success=getattr(args, "only_success", True), action_noise=action_noise)
                 if recorder_folder is not None else None)
     episodes: list[dict[str, float]] = []
     kept = 0
@@ -79,12 +97,15 @@ def run_episodes(args: argparse.Namespace, recorder_folder: Path | None = None) 
             if expert is not None:
                 states = [base.backend.call(i, "expert_state") for i in range(args.num_envs)]
                 actions = expert.act(states)[:, None, :]
+                executed = perturb(actions, action_noise, rng)
             elif args.policy == "random":
                 actions = rng.uniform(-1, 1, (args.num_envs, chunk, 7)).astype(np.float32)
             else:
                 actions = np.zeros((args.num_envs, chunk, 7), np.float32)
+            if expert is None:
+                executed = actions
             instructions = obs["instruction"]
-            out = env.chunk_step(actions)
+            out = env.chunk_step(executed)
             frames += int(out.valid.sum())
             if recorder is not None:
                 recorder.add(obs, actions[:, 0], out.rewards[:, 0], out.info["success"][:, 0])
@@ -175,6 +196,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(func=cmd_rollout)
     c.add_argument("--out", type=Path, required=True, help="demo folder")
     c.add_argument("--all", dest="only_success", action="store_false", help="keep failed episodes too")
+    c.add_argument("--action-noise", type=float, default=0.0,
+                   help="std of Gaussian noise on the executed translation and yaw actions; the demos "
+                        "record the expert's own actions, so they show recoveries (default: 0)")
     c.set_defaults(func=cmd_collect_demos, policy="expert")
     o = sub.add_parser("eval-ood", help="run a policy on every PutOnPlate variant; success table by category")
     o.add_argument("--policy", choices=("random", "zero", "expert"), default="expert")

@@ -2,12 +2,14 @@
 
 A demo folder holds one ``episode_XXXXXX.npz`` per episode plus ``index.json``::
 
-    index.json      {"format": "vla-demos-v1", "env_id", "asset_pack", "episodes": [
+    index.json      {"format": "vla-demos-v1", "env_id", "asset_pack", "action_noise", "episodes": [
                         {"file", "instruction", "state_id", "length", "success_once",
                          "success_at_end", "return"}, ...]}
     episode_*.npz   image uint8 [T, H, W, 3]   observation before each action
                     state float32 [T, S]
-                    action float32 [T, 7]      the action taken (env convention)
+                    action float32 [T, 7]      the expert's action (env convention); with
+                                               action_noise > 0 the env executed it plus
+                                               Gaussian noise of that std (translation, yaw)
                     reward float32 [T], success bool [T]
                     instruction str, state_id int
 """
@@ -28,12 +30,12 @@ class EpisodeRecorder:
     """Accumulates per-env transitions and writes finished episodes to ``folder``."""
 
     def __init__(self, folder: str | Path, num_envs: int, env_id: str, asset_pack: str | None,
-                 only_success: bool = True):
+                 only_success: bool = True, action_noise: float = 0.0):
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
         self.only_success = only_success
         self.index: dict[str, Any] = {"format": FORMAT, "env_id": env_id, "asset_pack": asset_pack,
-                                      "episodes": []}
+                                      "action_noise": action_noise, "episodes": []}
         self._buf: list[dict[str, list]] = [self._empty() for _ in range(num_envs)]
         self._next = 0
 

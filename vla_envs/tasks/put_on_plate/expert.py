@@ -37,17 +37,18 @@ def _wrap_half_pi(a: float) -> float:
 class ScriptedExpert:
     """Per-env phase machines. ``act(states)`` -> actions float32 ``[N, 7]``.
 
+    Closed loop: every step re-plans from the privileged state, so it recovers from actions that
+    were not its own (``vla-envs collect-demos --action-noise`` executes perturbed actions and
+    records the expert's).
+
     Args:
         num_envs: batch size.
-        noise: std of Gaussian noise added to the translation actions (diverse demos).
-        seed: noise generator seed.
+        seed: unused (the expert is deterministic); accepted for a uniform expert constructor.
     """
 
-    def __init__(self, num_envs: int, noise: float = 0.0, seed: int = 0):
+    def __init__(self, num_envs: int, seed: int = 0):
         self.phase = np.zeros(num_envs, np.int64)
         self.timer = np.zeros(num_envs, np.int64)
-        self.noise = noise
-        self.rng = np.random.default_rng(seed)
 
     def reset(self, env_ids: np.ndarray | None = None) -> None:
         ids = slice(None) if env_ids is None else env_ids
@@ -91,8 +92,6 @@ class ScriptedExpert:
         c, sn = np.cos(-s["base_yaw"]), np.sin(-s["base_yaw"])
         base_delta = np.array([c * delta[0] - sn * delta[1], sn * delta[0] + c * delta[1], delta[2]])
         move = np.clip(base_delta / MAX_STEP_M, -1, 1)
-        if self.noise:
-            move = np.clip(move + self.rng.normal(0, self.noise, 3), -1, 1)
         action = np.zeros(7)
         action[:3] = move
         # the controller's rotation frame follows the tool, whose z axis points down: a positive
