@@ -110,6 +110,15 @@ def test_build_samples_and_resize(tmp_path):
     assert small.shape == (3, IMAGE, IMAGE, 3) and small.dtype == np.uint8
 
 
+def test_build_samples_from_several_folders(tmp_path):
+    a = write_demos(tmp_path / "a", episodes=2, steps=5)
+    b = write_demos(tmp_path / "b", episodes=1, steps=7, seed=1)
+    samples = build_samples([a, b], chunk_size=4)
+    assert len(samples) == 2 * 5 + 7
+    np.testing.assert_array_equal(samples.image[10:], build_samples(b, chunk_size=4).image)
+    np.testing.assert_array_equal(samples.action_chunk[:10], build_samples(a, chunk_size=4).action_chunk)
+
+
 # --- training --------------------------------------------------------------------------------
 
 
@@ -216,9 +225,9 @@ def test_smoothed_loss_is_the_nll_for_a_tiny_sigma_and_lower_for_a_wide_one():
 # --- CLI -------------------------------------------------------------------------------------
 
 
-def test_cli_missing_demo_folder(tmp_path, capsys):
+def test_cli_missing_demo_folder(demos, tmp_path, capsys):
     missing = tmp_path / "no_such_demos"
-    rc = cli_main(["sft", "--demos", str(missing), "--out", str(tmp_path / "out"), "--steps", "1"])
+    rc = cli_main(["sft", "--demos", str(demos), str(missing), "--out", str(tmp_path / "out"), "--steps", "1"])
     assert rc != 0
     err = capsys.readouterr().err
     assert str(missing) in err and "does not exist" in err
@@ -235,12 +244,14 @@ def test_cli_rejects_non_positive(tmp_path, capsys, flag, value):
 
 def test_cli_two_steps(tmp_path, capsys):
     demos = write_demos(tmp_path / "cli_demos", episodes=1, steps=4)
+    more = write_demos(tmp_path / "more_demos", episodes=1, steps=3, seed=1)
     out = tmp_path / "cli_ckpt"
-    rc = cli_main(["sft", "--demos", str(demos), "--preset", PRESET, "--steps", "2", "--batch-size", "4",
-                   "--lr", "1e-3", "--out", str(out), "--seed", "0"])
+    rc = cli_main(["sft", "--demos", str(demos), str(more), "--preset", PRESET, "--steps", "2",
+                   "--batch-size", "4", "--lr", "1e-3", "--out", str(out), "--seed", "0"])
     assert rc == 0
     printed = capsys.readouterr().out
-    assert json.loads(printed[printed.index("{"):])["steps"] == 2
+    metrics = json.loads(printed[printed.index("{"):])
+    assert metrics["steps"] == 2 and metrics["num_samples"] == 4 + 3
     assert (out / "config.json").is_file() and (out / "sft_metrics.json").is_file()
     model, tok = load_pretrained(out)
     assert model.config.chunk_size == 8 and tok is not None

@@ -34,14 +34,15 @@ def positive_float(text: str) -> float:
     return value
 
 
-def check_demo_folder(path: Path) -> str | None:
-    """A message saying why ``path`` is not a readable demo folder, or None."""
-    if not path.exists():
-        return f"demo folder {path} does not exist"
-    if not path.is_dir():
-        return f"demo folder {path} is not a directory"
-    if not (path / "index.json").is_file():
-        return f"demo folder {path} has no index.json (record demos with: vla-envs collect-demos)"
+def check_demo_folders(paths: list[Path]) -> str | None:
+    """A message saying why one of ``paths`` is not a readable demo folder, or None."""
+    for path in paths:
+        if not path.exists():
+            return f"demo folder {path} does not exist"
+        if not path.is_dir():
+            return f"demo folder {path} is not a directory"
+        if not (path / "index.json").is_file():
+            return f"demo folder {path} has no index.json (record demos with: vla-envs collect-demos)"
     return None
 
 
@@ -66,7 +67,7 @@ def cmd_sft(args: argparse.Namespace) -> int:
     from vla_trainer.models import PRESETS, VLAModelError, VLAPolicy, build_model
     from vla_trainer.sft import train_sft
 
-    problem = check_demo_folder(args.demos)
+    problem = check_demo_folders(args.demos)
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2
@@ -101,7 +102,7 @@ def cmd_sft(args: argparse.Namespace) -> int:
                             eval_every=args.eval_every, warmup_steps=args.warmup_steps,
                             lr_schedule=args.lr_schedule, label_sigma_bins=args.label_sigma_bins)
     except (FileNotFoundError, ValueError, KeyError, VLAModelError) as e:
-        print(f"error: {args.demos}: {e}", file=sys.stderr)
+        print(f"error: {' '.join(map(str, args.demos))}: {e}", file=sys.stderr)
         return 2
     print(json.dumps(metrics, indent=1))
     return 0
@@ -125,7 +126,7 @@ def cmd_sft_report(args: argparse.Namespace) -> int:
         print(f"error: --steps {args.steps!r}: give episode steps >= 0, comma-separated, e.g. 0,1,3",
               file=sys.stderr)
         return 2
-    problem = check_demo_folder(args.demos)
+    problem = check_demo_folders(args.demos)
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2
@@ -213,7 +214,8 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("recipes", help="list the shipped recipes")
     c.set_defaults(func=cmd_recipes)
     p = sub.add_parser("sft", help="supervised fine-tuning on recorded demos (warm start for RL)")
-    p.add_argument("--demos", type=Path, required=True, help="demo folder (index.json + episode_*.npz)")
+    p.add_argument("--demos", type=Path, nargs="+", required=True,
+                   help="demo folder(s) (index.json + episode_*.npz); the episodes of all are used")
     p.add_argument("--preset", default="tiny-openvla-oft", help="model preset (default: %(default)s)")
     p.add_argument("--steps", type=positive_int, default=500, help="optimizer steps (default: %(default)s)")
     p.add_argument("--batch-size", type=positive_int, default=16,
@@ -243,7 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_sft)
     q = sub.add_parser("sft-report", help="where a warm start errs: action error per episode step and dimension")
     q.add_argument("--checkpoint", type=Path, required=True, help="model or checkpoint folder")
-    q.add_argument("--demos", type=Path, required=True, help="demo folder (index.json + episode_*.npz)")
+    q.add_argument("--demos", type=Path, nargs="+", required=True, help="demo folder(s)")
     q.add_argument("--steps", default="0,1,3", help="episode steps, comma-separated (default: %(default)s)")
     q.add_argument("--json", type=Path, default=None, help="also write the report as JSON")
     q.set_defaults(func=cmd_sft_report)

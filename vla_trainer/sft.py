@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -71,13 +72,23 @@ def action_chunks(actions: np.ndarray, chunk_size: int) -> np.ndarray:
     return actions[idx].astype(np.float32)
 
 
-def build_samples(demo_dir: str | Path, chunk_size: int) -> SFTSamples:
-    """One sample per step of every episode in ``demo_dir`` (see ``vla_envs.demos``).
+DemoFolders = str | Path | Sequence[str | Path]
+
+
+def load_episodes(demo_dirs: DemoFolders) -> list[dict[str, np.ndarray]]:
+    """The episodes of one demo folder, or of several in the order given."""
+    folders = [demo_dirs] if isinstance(demo_dirs, (str, Path)) else list(demo_dirs)
+    return [e for folder in folders for e in load_demos(folder)[1]]
+
+
+def build_samples(demo_dir: DemoFolders, chunk_size: int) -> SFTSamples:
+    """One sample per step of every episode in ``demo_dir`` (one folder or several; see
+    ``vla_envs.demos``).
 
     Raises:
         FileNotFoundError / ValueError: not a demo folder, or it holds no steps.
     """
-    _, episodes = load_demos(demo_dir)
+    episodes = load_episodes(demo_dir)
     episodes = [e for e in episodes if len(e["action"]) > 0]
     if not episodes:
         raise ValueError(f"{demo_dir}: the demo folder holds no episodes with steps")
@@ -183,7 +194,7 @@ def evaluate_samples(policy: VLAPolicy, samples: SFTSamples, tokens: torch.Tenso
 
 
 @torch.no_grad()
-def action_error_by_step(policy: VLAPolicy, demo_dir: str | Path, steps: tuple[int, ...] = (0, 1, 3),
+def action_error_by_step(policy: VLAPolicy, demo_dir: DemoFolders, steps: tuple[int, ...] = (0, 1, 3),
                          batch_size: int = 64) -> dict[int, dict]:
     """Greedy error of the first action of the chunk, per action dimension, at episode step ``t``.
 
@@ -195,7 +206,7 @@ def action_error_by_step(policy: VLAPolicy, demo_dir: str | Path, steps: tuple[i
         ``{t: {"policy": [A], "zero": [A], "episodes": n}}``: mean ``|a_policy - a_expert|`` and
         ``|a_expert|`` over the ``n`` episodes longer than ``t`` (``t`` without any is left out).
     """
-    _, episodes = load_demos(demo_dir)
+    episodes = load_episodes(demo_dir)
     was_training = policy.model.training
     policy.model.eval()
     report = {}
@@ -249,7 +260,7 @@ def save_checkpoint(policy: VLAPolicy, out_dir: str | Path, metrics: dict | None
 
 def train_sft(
     policy: VLAPolicy,
-    demo_dir: str | Path,
+    demo_dir: DemoFolders,
     *,
     steps: int,
     batch_size: int,
@@ -266,7 +277,7 @@ def train_sft(
     lr_schedule: str = "constant",
     label_sigma_bins: float = 0.0,
 ) -> dict:
-    """Behaviour cloning of the demos in ``demo_dir``: minimises the target tokens' mean NLL.
+    """Behaviour cloning of the demos in ``demo_dir`` (one folder or several): minimises the target tokens' mean NLL.
 
     Deterministic given ``seed`` (minibatches are drawn from shuffled epochs of a seeded
     generator). Saves a checkpoint to ``out_dir`` at the end (None: no checkpoint).
