@@ -312,6 +312,7 @@ def test_cli_sft_report(trained, demos, tmp_path, capsys):
 @pytest.mark.parametrize("args, message", [
     (["--steps", "0,-1"], "--steps"),
     (["--steps", "a"], "--steps"),
+    (["--steps", "99"], "no demo episode is that long"),
 ])
 def test_cli_sft_report_rejects_bad_steps(trained, demos, capsys, args, message):
     assert cli_main(["sft-report", "--checkpoint", str(trained[2]), "--demos", str(demos), *args]) == 2

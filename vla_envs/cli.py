@@ -97,15 +97,12 @@ def run_episodes(args: argparse.Namespace, recorder_folder: Path | None = None) 
             if expert is not None:
                 states = [base.backend.call(i, "expert_state") for i in range(args.num_envs)]
                 actions = expert.act(states)[:, None, :]
-                executed = perturb(actions, action_noise, rng)
             elif args.policy == "random":
                 actions = rng.uniform(-1, 1, (args.num_envs, chunk, 7)).astype(np.float32)
             else:
                 actions = np.zeros((args.num_envs, chunk, 7), np.float32)
-            if expert is None:
-                executed = actions
             instructions = obs["instruction"]
-            out = env.chunk_step(executed)
+            out = env.chunk_step(perturb(actions, action_noise, rng))  # the recorder keeps ``actions``
             frames += int(out.valid.sum())
             if recorder is not None:
                 recorder.add(obs, actions[:, 0], out.rewards[:, 0], out.info["success"][:, 0])

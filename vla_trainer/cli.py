@@ -46,8 +46,8 @@ def check_demo_folders(paths: list[Path]) -> str | None:
     return None
 
 
-def load_init_checkpoint(directory: Path):
-    """``(model, tokenizer)`` of a checkpoint folder to continue supervised training from.
+def load_init_checkpoint(directory: Path, flag: str = "--init-from"):
+    """``(model, tokenizer)`` of a checkpoint folder (``flag``: the option that named it, for errors).
 
     Raises:
         FileNotFoundError: ``directory`` is not a checkpoint folder (no config.json).
@@ -55,7 +55,7 @@ def load_init_checkpoint(directory: Path):
     from vla_trainer.models import load_pretrained
 
     if not (Path(directory) / "config.json").is_file():
-        raise FileNotFoundError(f"--init-from {directory}: not a checkpoint folder (no config.json); "
+        raise FileNotFoundError(f"{flag} {directory}: not a checkpoint folder (no config.json); "
                                 "give the --out folder of an earlier vla-train sft or a vla-train checkpoint")
     return load_pretrained(directory)
 
@@ -131,10 +131,13 @@ def cmd_sft_report(args: argparse.Namespace) -> int:
         print(f"error: {problem}", file=sys.stderr)
         return 2
     try:
-        model, tokenizer = load_init_checkpoint(args.checkpoint)
+        model, tokenizer = load_init_checkpoint(args.checkpoint, flag="--checkpoint")
         report = action_error_by_step(VLAPolicy(model, tokenizer), args.demos, steps)
     except (FileNotFoundError, ValueError, KeyError, VLAModelError) as e:
-        print(f"error: {e}".replace("--init-from", "--checkpoint"), file=sys.stderr)
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if not report:
+        print(f"error: --steps {args.steps}: no demo episode is that long", file=sys.stderr)
         return 2
     names = ACTION_DIM_NAMES if len(next(iter(report.values()))["zero"]) == len(ACTION_DIM_NAMES) else None
     print("greedy |error| of the chunk's first action at episode step t, against the zero action's")

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
