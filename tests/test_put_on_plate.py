@@ -349,11 +349,15 @@ def test_collect_demos_writes_the_documented_format(asset_root, tmp_path, monkey
     assert main(["collect-demos", "PutOnPlateInScene25Main-v3", "--num-envs", "1", "--episodes", "1",
                  "--image-size", "32", "--all", "--out", str(out), "--action-noise", "0.2", "--env-kwargs",
                  '{"low_poly": true, "vectorization": "serial", "time_limit": 12}']) == 0
-    index, episodes = load_demos(out)
-    assert index["asset_pack"] == "procedural" and len(episodes) == 1 and index["action_noise"] == 0.2
-    ep = episodes[0]
+    index, recorded = load_demos(out)
+    assert index["asset_pack"] == "procedural" and len(recorded) == 1 and index["action_noise"] == 0.2
+    ep = recorded[0]
     assert ep["image"].shape == (12, 32, 32, 3) and ep["action"].shape == (12, 7)
     assert str(ep["instruction"]).startswith("put ") and index["episodes"][0]["length"] == 12
+    # the privileged poses (labels for vision pretraining): the object starts on the position grid
+    assert index["scene_bodies"] == ["tcp", "object", "plate"] and ep["scene"].shape == (12, 21)
+    object_xy = ep["scene"][0, 7:9]
+    assert np.all(np.abs(object_xy - episodes.GRID_CENTER_XY) <= episodes.GRID_HALF_EDGE_M + 0.01)
 
 
 @pytest.mark.parametrize("args", [["--action-noise", "1.5"], ["--action-noise", "-0.1"]])

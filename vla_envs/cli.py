@@ -33,6 +33,8 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+# Bodies of an expert's privileged state whose poses the demos record (labels for vision pretraining)
+SCENE_BODIES = ("tcp", "object", "plate")
 PERTURBED_DIMS = [0, 1, 2, 5]  # translation and yaw; the gripper command stays the expert's
 
 
@@ -81,7 +83,8 @@ def run_episodes(args: argparse.Namespace, recorder_folder: Path | None = None) 
         expert = getattr(importlib.import_module(module), name)(args.num_envs, seed=args.seed)
     chunk = 1 if expert is not None else args.chunk  # a closed-loop expert re-plans every step
     recorder = (EpisodeRecorder(recorder_folder, args.num_envs, args.env_id, getattr(base, "asset_pack", None),
-                                only_success=getattr(args, "only_success", True), action_noise=action_noise)
+                                only_success=getattr(args, "only_success", True), action_noise=action_noise,
+                                scene_bodies=SCENE_BODIES if expert is not None else ())
                 if recorder_folder is not None else None)
     episodes: list[dict[str, float]] = []
     kept = 0
@@ -94,9 +97,11 @@ def run_episodes(args: argparse.Namespace, recorder_folder: Path | None = None) 
         bar = tqdm(chunks, desc=f"{args.policy} {args.env_id}", unit="chunk", file=sys.stderr)
         t1, frames = time.perf_counter(), 0
         for _ in bar:
+            scene = None
             if expert is not None:
                 states = [base.backend.call(i, "expert_state") for i in range(args.num_envs)]
                 actions = expert.act(states)[:, None, :]
+                scene = np.stack([np.concatenate([s[k].reshape(-1) for k in SCENE_BODIES]) for s in states])
             elif args.policy == "random":
                 actions = rng.uniform(-1, 1, (args.num_envs, chunk, 7)).astype(np.float32)
             else:
@@ -105,7 +110,7 @@ def run_episodes(args: argparse.Namespace, recorder_folder: Path | None = None) 
             out = env.chunk_step(perturb(actions, action_noise, rng))  # the recorder keeps ``actions``
             frames += int(out.valid.sum())
             if recorder is not None:
-                recorder.add(obs, actions[:, 0], out.rewards[:, 0], out.info["success"][:, 0])
+                recorder.add(obs, actions[:, 0], out.rewards[:, 0], out.info["success"][:, 0], scene)
             obs = out.obs
             if "episode" in out.info:
                 ep, mask = out.info["episode"], out.info["_episode"]

@@ -12,6 +12,10 @@ A demo folder holds one ``episode_XXXXXX.npz`` per episode plus ``index.json``::
                                                Gaussian noise of that std (translation, yaw)
                     reward float32 [T], success bool [T]
                     instruction str, state_id int
+                    scene float32 [T, 7 K]    optional (scripted experts): the privileged world
+                                               poses (xyz + wxyz) of the K bodies named by the
+                                               index's "scene_bodies", at each observation; labels
+                                               for vision pretraining, never a policy input
 """
 
 from __future__ import annotations
@@ -30,22 +34,35 @@ class EpisodeRecorder:
     """Accumulates per-env transitions and writes finished episodes to ``folder``."""
 
     def __init__(self, folder: str | Path, num_envs: int, env_id: str, asset_pack: str | None,
-                 only_success: bool = True, action_noise: float = 0.0):
+                 only_success: bool = True, action_noise: float = 0.0,
+                 scene_bodies: tuple[str, ...] = ()):
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
         self.only_success = only_success
         self.index: dict[str, Any] = {"format": FORMAT, "env_id": env_id, "asset_pack": asset_pack,
                                       "action_noise": action_noise, "episodes": []}
+        if scene_bodies:
+            self.index["scene_bodies"] = list(scene_bodies)
+        self.scene_bodies = tuple(scene_bodies)
         self._buf: list[dict[str, list]] = [self._empty() for _ in range(num_envs)]
         self._next = 0
 
     @staticmethod
     def _empty() -> dict[str, list]:
-        return {"image": [], "state": [], "action": [], "reward": [], "success": []}
+        return {"image": [], "state": [], "action": [], "reward": [], "success": [], "scene": []}
 
-    def add(self, obs: dict[str, Any], actions: np.ndarray, rewards: np.ndarray, success: np.ndarray) -> None:
-        """One step of every env: the observation the actions were taken from."""
+    def add(self, obs: dict[str, Any], actions: np.ndarray, rewards: np.ndarray, success: np.ndarray,
+            scene: np.ndarray | None = None) -> None:
+        """One step of every env: the observation the actions were taken from, and with
+        ``scene_bodies`` the bodies' poses at that observation, float ``[N, 7 K]``."""
+        if (scene is None) != (not self.scene_bodies):
+            raise ValueError(f"scene poses must be given exactly when scene_bodies is set ({self.scene_bodies})")
+        if scene is not None and scene.shape != (len(self._buf), 7 * len(self.scene_bodies)):
+            raise ValueError(f"scene has shape {scene.shape}; expected {(len(self._buf), 7 * len(self.scene_bodies))} "
+                             f"(xyz + wxyz of {self.scene_bodies} per env)")
         for i, b in enumerate(self._buf):
+            if scene is not None:
+                b["scene"].append(scene[i])
             b["image"].append(obs["image"][i])
             b["state"].append(obs["state"][i])
             b["action"].append(actions[i])
@@ -59,10 +76,11 @@ class EpisodeRecorder:
         if kept:
             name = f"episode_{self._next:06d}.npz"
             self._next += 1
+            scene = {"scene": np.stack(b["scene"]).astype(np.float32)} if b["scene"] else {}
             np.savez_compressed(self.folder / name, image=np.stack(b["image"]), state=np.stack(b["state"]),
                                 action=np.stack(b["action"]).astype(np.float32),
                                 reward=np.asarray(b["reward"], np.float32), success=np.asarray(b["success"], bool),
-                                instruction=np.asarray(instruction), state_id=np.asarray(state_id))
+                                instruction=np.asarray(instruction), state_id=np.asarray(state_id), **scene)
             self.index["episodes"].append({"file": name, "instruction": instruction, "state_id": int(state_id),
                                            **{k: float(v) for k, v in episode.items()}})
             tmp = self.folder / f".index.{os.getpid()}.tmp"

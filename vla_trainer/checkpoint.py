@@ -47,10 +47,13 @@ def write_atomic_dir(out_dir: str | Path, fill: Callable[[Path], None]) -> Path:
     return out_dir
 
 
+TRAINING_RECORDS = ("sft_metrics.json", "vision_metrics.json", "sft_curve.png")
+
+
 def publish_half_precision(src: str | Path, dst: str | Path, made_by: dict) -> Path:
     """Copies the model checkpoint folder ``src`` to ``dst`` (atomically) with its floating-point
     weights stored as float16 and ``made_by`` (how it was produced) in ``made_by.json``.
-    Training records (``sft_metrics.json``, which names the folder it was written to) stay
+    Training records (``TRAINING_RECORDS``, which name the folder they were written to) stay
     behind; put what matters of them into ``made_by``.
 
     Half the bytes of a float32 checkpoint, for one that is shipped in the repository. The config
@@ -65,7 +68,7 @@ def publish_half_precision(src: str | Path, dst: str | Path, made_by: dict) -> P
 
     def fill(tmp: Path) -> None:
         for f in src.iterdir():
-            if f.is_file() and f.name not in ("model.safetensors", "sft_metrics.json"):
+            if f.is_file() and f.name != "model.safetensors" and f.name not in TRAINING_RECORDS:
                 shutil.copy2(f, tmp / f.name)
         weights = load_file(str(src / "model.safetensors"))
         half = {k: v.half() if v.is_floating_point() else v for k, v in weights.items()}

@@ -4,6 +4,8 @@
     vla-train recipes                        # the shipped recipes
     vla-train sft --demos demos/put_on_plate --preset tiny-openvla-oft --steps 500 \\
         --batch-size 16 --lr 1e-4 --out runs/sft/tiny --seed 0
+    vla-train pretrain-vision --demos demos/put_on_plate --steps 1000 --out runs/vision
+    vla-train sft --demos demos/put_on_plate --init-from runs/vision ...   # then behaviour cloning
 """
 
 from __future__ import annotations
@@ -60,52 +62,69 @@ def load_init_checkpoint(directory: Path, flag: str = "--init-from"):
     return load_pretrained(directory)
 
 
-def cmd_sft(args: argparse.Namespace) -> int:
+def training_policy(args: argparse.Namespace):
+    """The policy a training stage starts from (``--init-from`` or a new ``--preset`` model), or
+    a message saying why it cannot be built."""
     import os
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # presets are built locally; nothing to download
     from vla_trainer.models import PRESETS, VLAModelError, VLAPolicy, build_model
-    from vla_trainer.sft import train_sft
 
     problem = check_demo_folders(args.demos)
     if problem:
-        print(f"error: {problem}", file=sys.stderr)
-        return 2
+        return problem
     if args.preset not in PRESETS:
-        print(f"error: unknown preset {args.preset!r}; available: {sorted(PRESETS)}", file=sys.stderr)
-        return 2
+        return f"unknown preset {args.preset!r}; available: {sorted(PRESETS)}"
     overrides = {"slot_embeddings": args.slot_embeddings} if args.slot_embeddings else {}
     if overrides and not args.preset.endswith("-oft"):
-        print(f"error: --slot-embeddings applies to OpenVLA-OFT presets; {args.preset!r} decodes token by token",
-              file=sys.stderr)
-        return 2
+        return f"--slot-embeddings applies to OpenVLA-OFT presets; {args.preset!r} decodes token by token"
     if args.init_from is not None and overrides:
-        print("error: --slot-embeddings shapes a new model; with --init-from the checkpoint's model is used as is",
-              file=sys.stderr)
-        return 2
+        return "--slot-embeddings shapes a new model; with --init-from the checkpoint's model is used as is"
     try:
         if args.init_from is not None:
             model, tokenizer = load_init_checkpoint(args.init_from)
         else:
             model, tokenizer = build_model(args.preset, seed=args.seed, **overrides)
     except (VLAModelError, FileNotFoundError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return str(e)
     if tokenizer is None:
-        print(f"error: preset {args.preset!r} has no built-in tokenizer; only the tiny presets "
-              "can be trained from scratch here", file=sys.stderr)
+        return (f"preset {args.preset!r} has no built-in tokenizer; only the tiny presets "
+                "can be trained from scratch here")
+    return VLAPolicy(model, tokenizer, unnorm_key=args.unnorm_key)
+
+
+def run_stage(args: argparse.Namespace, train) -> int:
+    """Builds the policy, runs ``train(policy)`` and prints its metrics; exit 2 with a message on bad input."""
+    from vla_trainer.models import VLAModelError
+
+    policy = training_policy(args)
+    if isinstance(policy, str):
+        print(f"error: {policy}", file=sys.stderr)
         return 2
-    policy = VLAPolicy(model, tokenizer, unnorm_key=args.unnorm_key)
     try:
-        metrics = train_sft(policy, args.demos, steps=args.steps, batch_size=args.batch_size, lr=args.lr,
-                            seed=args.seed, out_dir=args.out, log_every=args.log_every,
-                            eval_every=args.eval_every, warmup_steps=args.warmup_steps,
-                            lr_schedule=args.lr_schedule, label_sigma_bins=args.label_sigma_bins)
+        metrics = train(policy)
     except (FileNotFoundError, ValueError, KeyError, VLAModelError) as e:
         print(f"error: {' '.join(map(str, args.demos))}: {e}", file=sys.stderr)
         return 2
     print(json.dumps(metrics, indent=1))
     return 0
+
+
+def cmd_sft(args: argparse.Namespace) -> int:
+    from vla_trainer.sft import train_sft
+
+    return run_stage(args, lambda policy: train_sft(
+        policy, args.demos, steps=args.steps, batch_size=args.batch_size, lr=args.lr, seed=args.seed,
+        out_dir=args.out, log_every=args.log_every, eval_every=args.eval_every, warmup_steps=args.warmup_steps,
+        lr_schedule=args.lr_schedule, label_sigma_bins=args.label_sigma_bins))
+
+
+def cmd_pretrain_vision(args: argparse.Namespace) -> int:
+    from vla_trainer.vision_pretrain import pretrain_vision
+
+    return run_stage(args, lambda policy: pretrain_vision(
+        policy, args.demos, steps=args.steps, batch_size=args.batch_size, lr=args.lr, seed=args.seed,
+        eval_every=args.eval_every, out_dir=args.out))
 
 
 ACTION_DIM_NAMES = ("x", "y", "z", "roll", "pitch", "yaw", "gripper")
@@ -201,7 +220,7 @@ def cmd_recipes(args: argparse.Namespace) -> int:
     return 0
 
 
-SUBCOMMANDS = ("rl", "sft", "sft-report", "recipes")
+SUBCOMMANDS = ("rl", "sft", "pretrain-vision", "sft-report", "recipes")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -217,16 +236,28 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("recipes", help="list the shipped recipes")
     c.set_defaults(func=cmd_recipes)
     p = sub.add_parser("sft", help="supervised fine-tuning on recorded demos (warm start for RL)")
-    p.add_argument("--demos", type=Path, nargs="+", required=True,
-                   help="demo folder(s) (index.json + episode_*.npz); the episodes of all are used")
-    p.add_argument("--preset", default="tiny-openvla-oft", help="model preset (default: %(default)s)")
-    p.add_argument("--steps", type=positive_int, default=500, help="optimizer steps (default: %(default)s)")
-    p.add_argument("--batch-size", type=positive_int, default=16,
-                   help="samples per step (default: %(default)s)")
-    p.add_argument("--lr", type=positive_float, default=1e-4,
-                   help="AdamW learning rate (default: %(default)s)")
-    p.add_argument("--out", type=Path, required=True, help="checkpoint folder to write")
-    p.add_argument("--seed", type=int, default=0, help="model init and minibatch seed (default: %(default)s)")
+    v = sub.add_parser("pretrain-vision", help="teach a new model's vision towers where the scene's bodies are "
+                                               "(demos' privileged poses), before sft --init-from")
+    for a, batch, lr in ((p, 16, 1e-4), (v, 64, 3e-4)):
+        a.add_argument("--demos", type=Path, nargs="+", required=True,
+                       help="demo folder(s) (index.json + episode_*.npz); the episodes of all are used")
+        a.add_argument("--preset", default="tiny-openvla-oft", help="model preset (default: %(default)s)")
+        a.add_argument("--steps", type=positive_int, default=500, help="optimizer steps (default: %(default)s)")
+        a.add_argument("--batch-size", type=positive_int, default=batch,
+                       help="samples per step (default: %(default)s)")
+        a.add_argument("--lr", type=positive_float, default=lr, help="AdamW learning rate (default: %(default)s)")
+        a.add_argument("--out", type=Path, required=True, help="checkpoint folder to write")
+        a.add_argument("--seed", type=int, default=0, help="model init and minibatch seed (default: %(default)s)")
+        a.add_argument("--slot-embeddings", choices=("zeros", "learned"), default=None,
+                       help="OFT presets: inputs of the action slots (default: the preset's, zeros as the "
+                            "official OFT; learned: one trained vector per slot, for training from scratch)")
+        a.add_argument("--init-from", type=Path, default=None,
+                       help="continue from this checkpoint folder (an earlier --out) instead of a new model "
+                            "of --preset")
+        a.add_argument("--unnorm-key", default=None, help="action statistics to use (default: the only one)")
+    v.add_argument("--eval-every", type=positive_int, default=100,
+                   help="held-out position and yaw errors every N steps (default: %(default)s)")
+    v.set_defaults(func=cmd_pretrain_vision)
     p.add_argument("--log-every", type=positive_int, default=10,
                    help="log every N steps (default: %(default)s)")
     p.add_argument("--eval-every", type=positive_int, default=None,
@@ -238,13 +269,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--label-sigma-bins", type=float, default=0.0,
                    help="train against a Gaussian over the action bins with this std (in bins) instead "
                         "of the target bin alone (default: 0, plain NLL)")
-    p.add_argument("--slot-embeddings", choices=("zeros", "learned"), default=None,
-                   help="OFT presets: inputs of the action slots (default: the preset's, zeros as the "
-                        "official OFT; learned: one trained vector per slot, for training from scratch)")
-    p.add_argument("--init-from", type=Path, default=None,
-                   help="continue from this checkpoint folder (an earlier --out) instead of a new model "
-                        "of --preset")
-    p.add_argument("--unnorm-key", default=None, help="action statistics to use (default: the only one)")
     p.set_defaults(func=cmd_sft)
     q = sub.add_parser("sft-report", help="where a warm start errs: action error per episode step and dimension")
     q.add_argument("--checkpoint", type=Path, required=True, help="model or checkpoint folder")

@@ -243,15 +243,16 @@ def lr_factor(step: int, steps: int, warmup_steps: int, schedule: str) -> float:
     return 0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
 
 
-def save_checkpoint(policy: VLAPolicy, out_dir: str | Path, metrics: dict | None = None) -> Path:
+def save_checkpoint(policy: VLAPolicy, out_dir: str | Path, metrics: dict | None = None,
+                    metrics_file: str = "sft_metrics.json") -> Path:
     """Saves the model (LoRA adapters if it is a peft model), tokenizer and ``metrics``
-    (``sft_metrics.json``, and ``sft_curve.png`` when they hold a curve) to ``out_dir``,
+    (``metrics_file``, and ``sft_curve.png`` when they hold a curve) to ``out_dir``,
     atomically (``write_atomic_dir``)."""
 
     def fill(tmp: Path) -> None:
         save_model(policy, tmp)
         if metrics is not None:
-            (tmp / "sft_metrics.json").write_text(json.dumps(metrics, indent=1))
+            (tmp / metrics_file).write_text(json.dumps(metrics, indent=1))
             if metrics.get("curve"):
                 sft_curve(metrics["curve"], tmp / "sft_curve.png")
 

@@ -1,0 +1,121 @@
+"""Vision pretraining: targets from poses, learning where a body is, what it leaves alone, CLI."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from tiny_vla import tiny  # also sets HF_HUB_OFFLINE and one torch thread
+
+from vla_envs.demos import EpisodeRecorder
+from vla_trainer.cli import main as cli_main
+from vla_trainer.models import VLAPolicy, load_pretrained
+from vla_trainer.vision_pretrain import load_scene_frames, pretrain_vision, scene_errors, scene_targets
+
+IMAGE, BODIES = 64, ("object",)
+
+
+def yaw_quat(yaw: float) -> np.ndarray:
+    return np.array([np.cos(yaw / 2), 0.0, 0.0, np.sin(yaw / 2)])
+
+
+def write_scene_demos(folder, episodes: int = 24, steps: int = 6, seed: int = 0, bodies=BODIES):
+    """Frames of a white 10 px square on grey at a random place; the scene pose says where (x, y in
+    [-0.1, 0.1] m map to the square's column and row)."""
+    rng = np.random.default_rng(seed)
+    recorder = EpisodeRecorder(folder, num_envs=1, env_id="Synthetic-v0", asset_pack=None, scene_bodies=bodies)
+    for ep in range(episodes):
+        for _ in range(steps):
+            xy = rng.uniform(-0.1, 0.1, 2)
+            col, row = ((xy + 0.1) / 0.2 * (IMAGE - 10)).astype(int)
+            image = np.full((1, IMAGE, IMAGE, 3), 90, np.uint8)
+            image[0, row : row + 10, col : col + 10] = 255
+            pose = np.concatenate([[xy[0], xy[1], 0.02], yaw_quat(0.0)] * len(bodies))[None].astype(np.float32)
+            recorder.add({"image": image, "state": np.zeros((1, 3), np.float32)}, np.zeros((1, 7), np.float32),
+                         np.zeros(1, np.float32), np.array([False]), pose)
+        recorder.finish(0, "put the square down", ep, {"success_once": 1.0, "success_at_end": 1.0, "return": 1.0})
+    return folder
+
+
+def test_scene_targets_are_positions_and_the_doubled_yaw():
+    poses = np.stack([np.concatenate([[0.1, -0.2, 0.3], yaw_quat(y)]) for y in (0.0, np.pi / 4, np.pi / 2, np.pi)])
+    t = scene_targets(poses)
+    assert t.shape == (4, 5)
+    np.testing.assert_allclose(t[:, :3], [[0.1, -0.2, 0.3]] * 4, atol=1e-6)
+    np.testing.assert_allclose(t[:, 3:], [[1, 0], [0, 1], [-1, 0], [1, 0]], atol=1e-6)  # a half turn looks the same
+    with pytest.raises(ValueError, match="7 per body"):
+        scene_targets(np.zeros((2, 8)))
+
+
+def test_scene_errors_in_cm_and_degrees():
+    target = torch.tensor([[0.0, 0.0, 0.0, 1.0, 0.0]])
+    pred = torch.tensor([[0.03, 0.04, 0.0, 0.0, 1.0]])  # 5 cm off; doubled angle 90 deg = 45 deg of yaw
+    errors = scene_errors(pred, target, ["object.x", "object.y", "object.z", "object.cos2yaw", "object.sin2yaw"])
+    assert errors == pytest.approx({"object_cm": 5.0, "object_yaw_deg": 45.0})
+
+
+def test_recorder_checks_scene_shape(tmp_path):
+    recorder = EpisodeRecorder(tmp_path / "d", num_envs=1, env_id="Synthetic-v0", asset_pack=None,
+                               scene_bodies=("object", "plate"))
+    obs = {"image": np.zeros((1, 8, 8, 3), np.uint8), "state": np.zeros((1, 3), np.float32)}
+    with pytest.raises(ValueError, match="expected \\(1, 14\\)"):
+        recorder.add(obs, np.zeros((1, 7)), np.zeros(1), np.zeros(1, bool), np.zeros((1, 7)))
+    with pytest.raises(ValueError, match="scene poses must be given"):
+        recorder.add(obs, np.zeros((1, 7)), np.zeros(1), np.zeros(1, bool))
+
+
+def test_pretraining_learns_where_the_square_is_and_leaves_the_language_model_alone(tmp_path):
+    demos = write_scene_demos(tmp_path / "demos")
+    model, tok = tiny("tiny-openvla-oft", seed=0)
+    policy = VLAPolicy(model, tok)
+    llm_before = {k: v.clone() for k, v in policy.core.language_model.state_dict().items()}
+    vision_before = policy.core.vision_backbone.state_dict()["featurizer.embeddings.patch_embeddings.projection.weight"].clone()
+    metrics = pretrain_vision(policy, demos, steps=150, batch_size=32, lr=1e-3, eval_every=50,
+                              out_dir=tmp_path / "ckpt", progress=False)
+    print(json.dumps(metrics["val_after"]), json.dumps(metrics["val_of_mean"]))
+    assert metrics["num_val_frames"] == 2 * 6 and metrics["targets"][:2] == ["object.x", "object.y"]
+    # held-out frames: far better than predicting the mean position (about 7 cm off)
+    assert metrics["val_after"]["object_cm"] < 0.5 * metrics["val_of_mean"]["object_cm"]
+    assert all(torch.equal(v, llm_before[k]) for k, v in policy.core.language_model.state_dict().items())
+    assert not torch.equal(vision_before, policy.core.vision_backbone.state_dict()[
+        "featurizer.embeddings.patch_embeddings.projection.weight"])
+    reloaded, _ = load_pretrained(tmp_path / "ckpt")
+    for k, v in reloaded.vision_backbone.state_dict().items():
+        torch.testing.assert_close(v, policy.core.vision_backbone.state_dict()[k])
+
+
+def test_demos_without_scene_poses_are_refused(tmp_path):
+    folder = tmp_path / "plain"
+    recorder = EpisodeRecorder(folder, num_envs=1, env_id="Synthetic-v0", asset_pack=None)
+    recorder.add({"image": np.zeros((1, 8, 8, 3), np.uint8), "state": np.zeros((1, 3), np.float32)},
+                 np.zeros((1, 7)), np.zeros(1), np.zeros(1, bool))
+    recorder.finish(0, "x", 0, {"success_once": 1.0, "success_at_end": 1.0, "return": 1.0})
+    with pytest.raises(ValueError, match="scene_bodies"):
+        load_scene_frames(folder, 64)
+    other = write_scene_demos(tmp_path / "other", episodes=2, steps=2, bodies=("object", "plate"))
+    with pytest.raises(ValueError, match="differ"):
+        load_scene_frames([write_scene_demos(tmp_path / "one", episodes=2, steps=2), other], 64)
+
+
+def test_cli_pretrain_then_sft_init_from(tmp_path, capsys):
+    demos = write_scene_demos(tmp_path / "demos", episodes=4, steps=3)
+    assert cli_main(["pretrain-vision", "--demos", str(demos), "--steps", "2", "--batch-size", "4",
+                     "--slot-embeddings", "learned", "--out", str(tmp_path / "vision")]) == 0
+    printed = capsys.readouterr().out  # progress lines, then the metrics
+    metrics = json.loads(printed[printed.index("{"):])
+    assert metrics["steps"] == 2 and (tmp_path / "vision" / "vision_metrics.json").is_file()
+    assert cli_main(["sft", "--demos", str(demos), "--init-from", str(tmp_path / "vision"), "--steps", "1",
+                     "--batch-size", "2", "--out", str(tmp_path / "sft")]) == 0
+    assert (tmp_path / "sft" / "config.json").is_file()
+
+
+def test_cli_pretrain_rejects_plain_demos(tmp_path, capsys):
+    folder = tmp_path / "plain"
+    recorder = EpisodeRecorder(folder, num_envs=1, env_id="Synthetic-v0", asset_pack=None)
+    recorder.add({"image": np.zeros((1, 8, 8, 3), np.uint8), "state": np.zeros((1, 3), np.float32)},
+                 np.zeros((1, 7)), np.zeros(1), np.zeros(1, bool))
+    recorder.finish(0, "x", 0, {"success_once": 1.0, "success_at_end": 1.0, "return": 1.0})
+    assert cli_main(["pretrain-vision", "--demos", str(folder), "--steps", "2", "--out", str(tmp_path / "v")]) == 2
+    assert "no scene poses" in capsys.readouterr().err and not (tmp_path / "v").exists()

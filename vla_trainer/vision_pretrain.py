@@ -1,0 +1,197 @@
+"""Vision pretraining on simulated frames: teach the vision towers where things are.
+
+OpenVLA's towers come pretrained (DINOv2, SigLIP on web images); a tiny preset's start random,
+and behaviour cloning alone does not teach them to see a 3-pixel object (the warm start's
+reaching error stays at the zero action's in the lateral direction). This stage stands in for
+that pretraining: the towers and the projector learn to regress, from one frame, the positions
+and yaws of the bodies the scripted expert saw (the demos' privileged ``scene`` poses). The
+labels exist only in simulation and only here; the policy never receives them.
+
+Read top to bottom:
+
+1. ``scene_targets``: poses ``[T, 7 K]`` -> targets ``[T, 5 K]``: per body ``x, y, z, cos 2 yaw,
+   sin 2 yaw`` (yaw modulo pi: a gripper and most objects look the same turned half a turn).
+2. ``SceneHead``: projector patches ``[N, P, D]`` -> targets ``[N, 5 K]`` (flatten, MLP); patch
+   order carries where each patch is, which a pooled feature would lose.
+3. ``pretrain_vision``: AdamW on the mean squared error of z-scored targets over the training
+   frames, validation on the frames of held-out episodes (errors in cm and degrees), then the
+   whole model is saved with ``vision_metrics.json`` (its language model untouched) for
+   ``vla-train sft --init-from``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+from tqdm import tqdm
+
+from .models import VLAPolicy
+from .models.vision import images_to_pixel_values
+from .sft import DemoFolders, load_episodes, resize_images, save_checkpoint
+
+TARGETS_PER_BODY = ("x", "y", "z", "cos2yaw", "sin2yaw")
+
+
+def yaw_of_wxyz(q: np.ndarray) -> np.ndarray:
+    """Yaw (rotation about world z) of quaternions ``[..., 4]`` (w, x, y, z), in radians."""
+    w, x, y, z = np.moveaxis(q, -1, 0)
+    return np.arctan2(2.0 * (w * z + x * y), 1.0 - 2.0 * (y * y + z * z))
+
+
+def scene_targets(scene: np.ndarray) -> np.ndarray:
+    """Poses float ``[T, 7 K]`` (per body xyz + wxyz) -> targets float32 ``[T, 5 K]`` (per body
+    ``TARGETS_PER_BODY``)."""
+    T, width = scene.shape
+    if width % 7:
+        raise ValueError(f"scene has {width} columns; expected 7 per body (xyz + wxyz)")
+    poses = scene.reshape(T, width // 7, 7)
+    yaw2 = 2.0 * yaw_of_wxyz(poses[..., 3:])
+    return np.concatenate([poses[..., :3], np.cos(yaw2)[..., None], np.sin(yaw2)[..., None]], -1).reshape(T, -1).astype(np.float32)
+
+
+class SceneHead(nn.Module):
+    """Patches ``[N, P, D]`` -> scene targets ``[N, K]``; discarded after pretraining."""
+
+    def __init__(self, num_patches: int, dim: int, num_targets: int, hidden: int = 256):
+        super().__init__()
+        self.net = nn.Sequential(nn.Flatten(), nn.Linear(num_patches * dim, hidden), nn.GELU(),
+                                 nn.Linear(hidden, num_targets))
+
+    def forward(self, patches: torch.Tensor) -> torch.Tensor:
+        return self.net(patches)
+
+
+def load_scene_frames(demo_dirs: DemoFolders, image_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
+    """Every frame of the demos with its targets.
+
+    Returns:
+        images uint8 ``[M, S, S, 3]``, targets float32 ``[M, 5 K]``, episode index int ``[M]``,
+        target names (``"object.x"``, ...).
+
+    Raises:
+        ValueError: an episode has no ``scene`` poses (demos recorded without a scripted expert,
+            or before the format had them), or the folders name different bodies.
+    """
+    folders = [demo_dirs] if isinstance(demo_dirs, (str, Path)) else list(demo_dirs)
+    bodies = None
+    for folder in folders:
+        index = json.loads((Path(folder) / "index.json").read_text())
+        found = index.get("scene_bodies")
+        if not found:
+            raise ValueError(f"{folder}: the demos record no scene poses (index.json has no 'scene_bodies'); "
+                             "record them with vla-envs collect-demos (scripted expert)")
+        if bodies is not None and found != bodies:
+            raise ValueError(f"{folder}: scene_bodies {found} differ from {bodies} of the folders before it")
+        bodies = found
+    episodes = [e for e in load_episodes(folders) if len(e["action"])]
+    if not episodes:
+        raise ValueError(f"{demo_dirs}: the demo folders hold no episodes with steps")
+    images = resize_images(np.concatenate([e["image"] for e in episodes]), image_size)
+    targets = np.concatenate([scene_targets(e["scene"]) for e in episodes])
+    episode = np.concatenate([np.full(len(e["action"]), i) for i, e in enumerate(episodes)])
+    names = [f"{b}.{t}" for b in bodies for t in TARGETS_PER_BODY]
+    return images, targets, episode, names
+
+
+def scene_errors(pred: torch.Tensor, target: torch.Tensor, names: list[str]) -> dict[str, float]:
+    """Mean absolute error per body: position in cm, yaw in degrees (from the doubled-angle pair).
+
+    Shapes: pred, target ``[M, 5 K]`` in target units (not z-scored).
+    """
+    out = {}
+    for b in range(len(names) // 5):
+        p, t = pred[:, 5 * b : 5 * b + 5], target[:, 5 * b : 5 * b + 5]
+        body = names[5 * b].split(".")[0]
+        out[f"{body}_cm"] = float((p[:, :3] - t[:, :3]).norm(dim=1).mean() * 100)
+        dyaw = torch.atan2(p[:, 4], p[:, 3]) - torch.atan2(t[:, 4], t[:, 3])
+        out[f"{body}_yaw_deg"] = float(torch.rad2deg(torch.atan2(dyaw.sin(), dyaw.cos()).abs() / 2).mean())
+    return out
+
+
+def pretrain_vision(
+    policy: VLAPolicy,
+    demo_dir: DemoFolders,
+    *,
+    steps: int,
+    batch_size: int,
+    lr: float,
+    seed: int = 0,
+    val_fraction: float = 0.1,
+    eval_every: int = 100,
+    out_dir: str | Path | None = None,
+    progress: bool = True,
+) -> dict:
+    """Trains ``policy``'s vision backbone and projector to regress the demos' scene targets.
+
+    The last ``val_fraction`` of episodes are held out. Deterministic given ``seed``.
+
+    Returns:
+        ``{"targets", "num_frames", "num_val_frames", "steps", "val_before", "val_after",
+        "val_of_mean", "pretrain_curve", "checkpoint"}``; the ``val_*`` are ``scene_errors`` on the held-out
+        frames (``val_of_mean``: predicting the training mean, the error to beat).
+    """
+    if steps < 1 or batch_size < 1 or lr <= 0 or not 0 < val_fraction < 1:
+        raise ValueError(f"steps, batch_size, lr must be positive and 0 < val_fraction < 1; got "
+                         f"{steps}, {batch_size}, {lr}, {val_fraction}")
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    core, config = policy.core, policy.config
+    images, targets, episode, names = load_scene_frames(demo_dir, config.image_size)
+    n_val_episodes = max(1, int(round(val_fraction * (episode.max() + 1))))
+    val = episode > episode.max() - n_val_episodes
+    if val.all():
+        raise ValueError("too few episodes to hold any out for validation; record more demos")
+    train_idx, val_idx = np.flatnonzero(~val), np.flatnonzero(val)
+
+    target = torch.as_tensor(targets)
+    mean, std = target[train_idx].mean(0), target[train_idx].std(0).clamp_min(1e-3)
+    device = policy.device
+    vision = nn.ModuleDict({"backbone": core.vision_backbone, "projector": core.projector})
+    head = SceneHead(core.vision_backbone.num_patches, config.text_config.hidden_size, len(names)).to(device)
+
+    def predict(idx: np.ndarray) -> torch.Tensor:
+        """Scene targets of frames ``idx``, ``[len(idx), 5 K]`` (z-scored)."""
+        pixels = images_to_pixel_values(torch.as_tensor(images[idx]), config.image_mean, config.image_std)
+        return head(core.projector(core.vision_backbone(pixels.to(device)))).cpu()
+
+    @torch.no_grad()
+    def validate() -> dict[str, float]:
+        vision.eval(), head.eval()
+        pred = torch.cat([predict(val_idx[i : i + 256]) for i in range(0, len(val_idx), 256)])
+        vision.train(), head.train()
+        return scene_errors(pred * std + mean, target[val_idx], names)
+
+    params = list(vision.parameters()) + list(head.parameters())
+    optimizer = torch.optim.AdamW(params, lr=lr)
+    before = validate()
+    curve = []
+    vision.train(), head.train()
+    bar = tqdm(range(1, steps + 1), desc="pretrain-vision", disable=not progress, dynamic_ncols=True)
+    for step in bar:
+        idx = rng.choice(train_idx, size=min(batch_size, len(train_idx)), replace=False)
+        loss = ((predict(idx) - (target[idx] - mean) / std) ** 2).mean()
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+        bar.set_postfix(loss=f"{loss.item():.4f}")
+        if step % eval_every == 0 or step == steps:
+            curve.append({"step": step, "loss": loss.item(), **validate()})
+            bar.write(f"step {step}/{steps}  loss {loss.item():.4f}  held-out " +
+                      "  ".join(f"{k} {v:.2f}" for k, v in curve[-1].items() if k not in ("step", "loss")))
+    vision.eval()
+    policy.model.eval()
+    metrics = {
+        "targets": names, "num_frames": len(images), "num_val_frames": len(val_idx), "steps": steps,
+        "val_before": before, "val_after": curve[-1] if curve else validate(),
+        "val_of_mean": scene_errors(mean.expand(len(val_idx), -1), target[val_idx], names),
+        "pretrain_curve": curve, "checkpoint": None,
+    }
+    if out_dir is not None:
+        metrics["checkpoint"] = str(out_dir)
+        save_checkpoint(policy, out_dir, metrics, "vision_metrics.json")
+    return metrics
