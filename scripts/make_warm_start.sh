@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# The supervised warm start for the main job, made from scratch on this CPU (about 1.5 h on 2 cores):
-#   1. scripted-expert demos on PutOnPlateInScene25Main-v3 (procedural assets, low-poly Panda,
-#      the camera cropped to the workspace, 64 px)                              -> DIR/demos
-#   2. SFT of the tiny OpenVLA-OFT preset from random init: VLA_SFT_STEPS (800) steps of 32,
-#      lr 1e-3, 100 warm-up steps, cosine                                       -> DIR/sft_0
-#   3. VLA_SFT_STAGES (2) continuation stages of VLA_SFT_STAGE_STEPS (600) steps of 32 at lr 5e-4, each
-#      --init-from the previous one                                             -> DIR/sft_1 ...
+# The supervised warm start for the main job, made from scratch on this CPU (about 45 min on 2 cores):
+#   1. VLA_DEMO_EPISODES (900) scripted-expert episodes on PutOnPlateInScene25Main-v3 (procedural
+#      assets, low-poly Panda, the camera cropped to the workspace, 64 px), with the expert's
+#      privileged poses                                                        -> DIR/demos
+#   2. vision pretraining of a new tiny OpenVLA-OFT (learned slot embeddings): VLA_VISION_STEPS (400)
+#      steps of 64 frames, lr 3e-4; the towers learn to locate the TCP, object and plate -> DIR/vision
+#   3. SFT of the whole policy from it: VLA_SFT_STEPS (700) steps of 32, lr 5e-4, 50 warm-up steps,
+#      cosine                                                                   -> DIR/sft_0
+#   4. VLA_SFT_STAGES (0) continuation stages of VLA_SFT_STAGE_STEPS (600) steps of 32 at lr 5e-4,
+#      each --init-from the previous one                                        -> DIR/sft_1 ...
 # DIR/sft is the last stage. A stage whose output exists is skipped, so an interrupted run continues.
 #
 #   bash scripts/make_warm_start.sh [DIR]             DIR defaults to runs/warm_start
@@ -18,22 +21,29 @@ cd "$ROOT"
 export HF_HUB_OFFLINE=1
 source scripts/main_job_env.sh
 DIR="${1:-runs/warm_start}"
-EPISODES="${VLA_DEMO_EPISODES:-300}"
-STEPS0="${VLA_SFT_STEPS:-800}"
-STAGES="${VLA_SFT_STAGES:-2}"
+EPISODES="${VLA_DEMO_EPISODES:-900}"
+DEMO_SEED=300
+VISION_STEPS="${VLA_VISION_STEPS:-400}"
+STEPS0="${VLA_SFT_STEPS:-700}"
+STAGES="${VLA_SFT_STAGES:-0}"
 STAGE_STEPS="${VLA_SFT_STAGE_STEPS:-600}"
 mkdir -p "$DIR"
 
 if [ ! -f "$DIR/demos/index.json" ]; then
   echo "== scripted-expert demos -> $DIR/demos"
-  .venv/bin/vla-envs collect-demos PutOnPlateInScene25Main-v3 --num-envs 2 --steps 100000 \
-    --episodes "$EPISODES" --image-size 64 --seed 100 --env-kwargs "$ENV_KWARGS" --out "$DIR/demos.partial"
+  .venv/bin/vla-envs collect-demos PutOnPlateInScene25Main-v3 --num-envs 2 --steps 1000000 \
+    --episodes "$EPISODES" --image-size 64 --seed "$DEMO_SEED" --env-kwargs "$ENV_KWARGS" --out "$DIR/demos.partial"
   rm -rf "$DIR/demos" && mv "$DIR/demos.partial" "$DIR/demos"
 fi
+if [ ! -f "$DIR/vision/config.json" ]; then
+  echo "== vision pretraining of a new model -> $DIR/vision"
+  .venv/bin/vla-train pretrain-vision --demos "$DIR/demos" --preset tiny-openvla-oft --slot-embeddings learned \
+    --steps "$VISION_STEPS" --batch-size 64 --lr 3e-4 --eval-every 100 --out "$DIR/vision" --seed 0
+fi
 if [ ! -f "$DIR/sft_0/config.json" ]; then
-  echo "== SFT from random init -> $DIR/sft_0"
-  .venv/bin/vla-train sft --demos "$DIR/demos" --preset tiny-openvla-oft --slot-embeddings learned \
-    --steps "$STEPS0" --batch-size 32 --lr 1e-3 --warmup-steps 100 --lr-schedule cosine \
+  echo "== SFT from the pretrained vision -> $DIR/sft_0"
+  .venv/bin/vla-train sft --demos "$DIR/demos" --init-from "$DIR/vision" \
+    --steps "$STEPS0" --batch-size 32 --lr 5e-4 --warmup-steps 50 --lr-schedule cosine \
     --eval-every 100 --out "$DIR/sft_0" --seed 0 --log-every 50
 fi
 for stage in $(seq 1 "$STAGES"); do
@@ -48,24 +58,30 @@ rm -rf "$DIR/sft" && cp -r "$DIR/sft_$STAGES" "$DIR/sft"
 echo "warm start: $DIR/sft"
 
 if [ "${2:-}" = "--publish" ]; then
-  .venv/bin/python - "$DIR" "$STAGES" "$EPISODES" "$ENV_KWARGS" <<'PY'
+  .venv/bin/python - "$DIR" "$STAGES" "$EPISODES" "$DEMO_SEED" "$ENV_KWARGS" <<'PY'
 import json, sys
 from vla_trainer.checkpoint import publish_half_precision
 from vla_trainer.metrics_log import sft_curve
-run, stages, episodes, env_kwargs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+run, stages, episodes, demo_seed, env_kwargs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 keep = ("initial_loss", "final_loss", "final_token_accuracy", "final_action_l1", "action_l1_of_zero", "steps", "curve")
 def settings(stage):
     if stage == 0:
-        return {"init": "random (preset tiny-openvla-oft, learned slot embeddings)", "batch_size": 32, "lr": 1e-3,
-                "warmup_steps": 100, "lr_schedule": "cosine", "seed": 0}
+        return {"init": "vision pretraining", "batch_size": 32, "lr": 5e-4, "warmup_steps": 50,
+                "lr_schedule": "cosine", "seed": 0}
     return {"init": f"stage {stage - 1}", "batch_size": 32, "lr": 5e-4, "warmup_steps": 20,
             "lr_schedule": "constant", "seed": stage}
 index = json.load(open(f"{run}/demos/index.json"))
+vision = json.load(open(f"{run}/vision/vision_metrics.json"))
 made_by = {
     "script": "scripts/make_warm_start.sh",
     "demos": {"env_id": index["env_id"], "asset_pack": index["asset_pack"], "episodes_recorded": episodes,
-              "episodes_kept": len(index["episodes"]), "seed": 100, "image_size": 64,
+              "episodes_kept": len(index["episodes"]), "seed": demo_seed, "image_size": 64,
               "env_kwargs": json.loads(env_kwargs)},
+    "vision_pretraining": {
+        "settings": {"init": "random (preset tiny-openvla-oft, learned slot embeddings)", "batch_size": 64,
+                     "lr": 3e-4, "seed": 0},
+        **{k: vision[k] for k in ("steps", "targets", "num_frames", "num_val_frames", "val_before", "val_after",
+                                  "val_of_mean")}},
     "stages": [{"settings": settings(i), **{k: v for k, v in json.load(open(f"{run}/sft_{i}/sft_metrics.json")).items()
                                             if k in keep}}
                for i in range(stages + 1)],

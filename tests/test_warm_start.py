@@ -38,6 +38,14 @@ def test_made_by_matches_the_recipe_it_warm_starts():
     assert not any("/" in str(v) for v in made_by["demos"].values() if isinstance(v, str))
 
 
+def test_its_vision_pretraining_located_the_object_and_plate_on_held_out_episodes():
+    vision = json.loads((SHIPPED / "made_by.json").read_text())["vision_pretraining"]
+    assert vision["num_val_frames"] > 0 and "object.x" in vision["targets"]
+    after, of_mean = vision["val_after"], vision["val_of_mean"]
+    for body in ("tcp", "object", "plate"):
+        assert after[f"{body}_cm"] < 0.5 * of_mean[f"{body}_cm"], body
+
+
 @pytest.mark.slow
 @pytest.mark.maniskill
 def test_vla_eval_runs_the_shipped_warm_start(tmp_path, monkeypatch):

@@ -1,7 +1,7 @@
 """Vision pretraining on simulated frames: teach the vision towers where things are.
 
 OpenVLA's towers come pretrained (DINOv2, SigLIP on web images); a tiny preset's start random,
-and behaviour cloning alone does not teach them to see a 3-pixel object (the warm start's
+and behaviour cloning alone does not teach them to see a 6-8 pixel object (the warm start's
 reaching error stays at the zero action's in the lateral direction). This stage stands in for
 that pretraining: the towers and the projector learn to regress, from one frame, the positions
 and yaws of the bodies the scripted expert saw (the demos' privileged ``scene`` poses). The
