@@ -3,8 +3,10 @@ ManiSkill scene on the CPU backend with the procedural pack."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -171,6 +173,88 @@ def test_bad_packs_name_the_file_and_field(asset_root, tmp_path):
         resolve_pack("official", tmp_path / "empty")
     with pytest.raises(ValueError, match="allowed"):
         resolve_pack("bridge", tmp_path)
+
+
+class FolderHub:
+    """The hub's side of a fetch served from a folder laid out like the dataset; its checksums
+    come from hashlib and from git itself (``git hash-object``), not from the code under test."""
+
+    def __init__(self, root: Path, corrupt: str | None = None):
+        self.root, self.corrupt = root, corrupt
+
+    def list_files(self, repo, revision):
+        from vla_envs.tasks.put_on_plate.fetch import RemoteFile
+
+        files = []
+        for path in sorted(p for p in (self.root / "carrot").rglob("*") if p.is_file()):
+            rel = path.relative_to(self.root).as_posix()
+            if path.suffix == ".json":  # stored in git: the hub records the blob id
+                blob = subprocess.run(["git", "hash-object", str(path)], capture_output=True, text=True,
+                                      check=True).stdout.strip()
+                files.append(RemoteFile(rel, path.stat().st_size, None, blob))
+            else:  # LFS: the hub records sha256
+                files.append(RemoteFile(rel, path.stat().st_size, hashlib.sha256(path.read_bytes()).hexdigest(), None))
+        return "c0ffee" + revision, files
+
+    def download(self, repo, commit, local_dir):
+        shutil.copytree(self.root / "carrot", Path(local_dir) / "carrot", dirs_exist_ok=True)
+        if self.corrupt:
+            target = Path(local_dir) / self.corrupt
+            data = bytearray(target.read_bytes())
+            data[len(data) // 2] ^= 0xFF  # same size, one byte flipped
+            target.write_bytes(bytes(data))
+
+
+@pytest.fixture
+def hub_folder(asset_root, tmp_path):
+    _lay_out_official(tmp_path / "hub", asset_root / "procedural")
+    return tmp_path / "hub" / "official"
+
+
+def test_fetch_assets_installs_a_verified_pack_and_check_finds_later_changes(hub_folder, tmp_path):
+    from vla_envs.tasks.put_on_plate.fetch import AssetChecksumError, check_official, fetch_official
+
+    assets = tmp_path / "assets"
+    manifest = fetch_official(assets, "some/dataset", "v1", hub=FolderHub(hub_folder))
+    assert manifest["commit"] == "c0ffeev1" and not (assets / "official.partial").exists()
+    pack = resolve_pack("official", assets)
+    assert pack.kind == "official" and len(pack.objects) == 25 and len(pack.overlays) == 21
+    image = pack.overlays[3].image_file
+    rel = image.relative_to(assets / "official").as_posix()
+    assert manifest["files"][rel]["sha256"] == hashlib.sha256(image.read_bytes()).hexdigest()
+    assert check_official(assets)["commit"] == "c0ffeev1"
+    image.write_bytes(image.read_bytes()[:-1] + b"x")
+    with pytest.raises(AssetChecksumError, match=f"{rel}: sha256"):
+        check_official(assets)
+
+
+def test_a_corrupt_or_failed_fetch_leaves_the_installed_pack_untouched(hub_folder, tmp_path, monkeypatch):
+    from vla_envs.errors import VlaEnvError
+    from vla_envs.tasks.put_on_plate.fetch import AssetChecksumError, HubDataset, check_official, fetch_official
+
+    assets = tmp_path / "assets"
+    fetch_official(assets, hub=FolderHub(hub_folder))
+    mesh = "carrot/more_carrot/bridge_more_carrot_2/collision.obj"
+    with pytest.raises(AssetChecksumError, match=f"{mesh}: sha256 .*, expected"):
+        fetch_official(assets, hub=FolderHub(hub_folder, corrupt=mesh))
+    db = "carrot/more_plate/model_db.json"
+    with pytest.raises(AssetChecksumError, match=f"{db}: git blob id"):
+        fetch_official(assets, hub=FolderHub(hub_folder, corrupt=db))
+    assert check_official(assets)["commit"] == "c0ffeemain"  # the good pack is still there, whole
+    # the real hub client, offline: a clear error, no partial install
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # read once, at import
+    with pytest.raises(VlaEnvError, match="could not list RLinf/maniskill_assets@main.*machine with internet"):
+        fetch_official(tmp_path / "other", hub=HubDataset())
+    assert not (tmp_path / "other" / "official").exists()
+
+
+def test_fetch_assets_cli_check_without_a_fetched_pack_names_the_manifest(tmp_path, capsys):
+    from vla_envs.cli import main
+
+    assert main(["fetch-assets", "--check", "--asset-dir", str(tmp_path)]) == 2
+    assert "FETCHED.json is missing" in capsys.readouterr().err
 
 
 def test_camera_file_errors_name_the_field(tmp_path):

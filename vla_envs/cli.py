@@ -177,6 +177,21 @@ def cmd_eval_ood(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_fetch_assets(args: argparse.Namespace) -> int:
+    from vla_envs.tasks.put_on_plate.assets import asset_root
+    from vla_envs.tasks.put_on_plate.fetch import check_official, fetch_official
+
+    root = args.asset_dir or asset_root()
+    if args.check:
+        manifest = check_official(root)
+        print(f"{root / 'official'}: {len(manifest['files'])} files match {manifest['repo']}@{manifest['commit']}")
+        return 0
+    manifest = fetch_official(root, args.repo, args.revision)
+    print(f"installed {root / 'official'}: {len(manifest['files'])} files of {manifest['repo']}@{manifest['commit']}, "
+          "every checksum verified")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="vla-envs", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -211,6 +226,12 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--env-kwargs", default="{}", help="JSON of extra gym.make arguments")
     o.add_argument("--out", type=Path, default=Path("runs/eval_ood"), help="writes ood_eval.md and ood_eval.json")
     o.set_defaults(func=cmd_eval_ood, chunk=1)
+    f = sub.add_parser("fetch-assets", help="download and verify the official PutOnPlate pack (needs internet)")
+    f.add_argument("--repo", default="RLinf/maniskill_assets", help="hub dataset holding carrot/")
+    f.add_argument("--revision", default="main", help="branch, tag or commit of that dataset")
+    f.add_argument("--asset-dir", type=Path, default=None, help="default: $VLA_ENVS_ASSET_DIR or ~/.vla_envs/assets")
+    f.add_argument("--check", action="store_true", help="only verify the installed pack against FETCHED.json (offline)")
+    f.set_defaults(func=cmd_fetch_assets)
     return p
 
 

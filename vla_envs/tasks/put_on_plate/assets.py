@@ -11,9 +11,9 @@ Layout (the reference's, under ``<pack>/carrot/``)::
     more_table/textures/<texture_file>
 
 Packs live under ``$VLA_ENVS_ASSET_DIR`` (default ``~/.vla_envs/assets``): ``official/`` (the
-Bridge real2sim assets, fetched on a machine with internet) and ``procedural/`` (generated
-locally by ``vla_envs.tasks.put_on_plate.procedural``, no network). Model order in each
-``model_db.json`` is the index order the episode ids use.
+Bridge real2sim assets; ``vla-envs fetch-assets`` on a machine with internet, see ``fetch.py``)
+and ``procedural/`` (generated locally by ``vla_envs.tasks.put_on_plate.procedural``, no
+network). Model order in each ``model_db.json`` is the index order the episode ids use.
 """
 
 from __future__ import annotations
@@ -31,8 +31,9 @@ from vla_envs.errors import AssetsMissingError
 PACK_KINDS = ("auto", "official", "procedural")
 N_OBJECTS, N_OVERLAYS = 25, 21
 VISUAL_FILES = ("textured.obj", "textured.dae", "textured.glb")
-FETCH_HINT = ("copy the official pack (RL4VLA's carrot/ folder: more_carrot, more_plate, more_table) "
-              "to {root}/official/carrot; the layout is documented in vla_envs/tasks/put_on_plate/assets.py")
+FETCH_HINT = ("run `vla-envs fetch-assets` (needs internet; downloads and verifies the reference's carrot/ "
+              "folder), or copy that folder (more_carrot, more_plate, more_table) to {root}/official/carrot; "
+              "the layout is documented in vla_envs/tasks/put_on_plate/assets.py")
 
 
 def asset_root() -> Path:
