@@ -217,6 +217,8 @@ def test_smoothed_loss_is_the_nll_for_a_tiny_sigma_and_lower_for_a_wide_one():
     tokens = policy.act(inputs, greedy=True).action_token_ids
     with torch.no_grad():
         plain = nll_loss(policy, inputs, tokens)
+        # the loss scores tokens as the RL update does
+        torch.testing.assert_close(plain, -policy.evaluate(inputs, tokens).log_probs.mean())
         torch.testing.assert_close(nll_loss(policy, inputs, tokens, 1e-4), plain, rtol=1e-5, atol=1e-5)
         # greedy tokens are the most likely bins: spreading the target onto others costs more
         assert nll_loss(policy, inputs, tokens, 5.0) > plain

@@ -12,7 +12,9 @@ from tiny_vla import tiny  # also sets HF_HUB_OFFLINE and one torch thread
 from vla_envs.demos import EpisodeRecorder
 from vla_trainer.cli import main as cli_main
 from vla_trainer.models import VLAPolicy, load_pretrained
-from vla_trainer.vision_pretrain import load_scene_frames, pretrain_vision, scene_errors, scene_targets
+from vla_trainer.scene import SlotHead, scene_errors, scene_targets
+from vla_trainer.sft import train_sft
+from vla_trainer.vision_pretrain import load_scene_frames, pretrain_vision
 
 IMAGE, BODIES = 64, ("object",)
 
@@ -54,6 +56,16 @@ def test_scene_errors_in_cm_and_degrees():
     pred = torch.tensor([[0.03, 0.04, 0.0, 0.0, 1.0]])  # 5 cm off; doubled angle 90 deg = 45 deg of yaw
     errors = scene_errors(pred, target, ["object.x", "object.y", "object.z", "object.cos2yaw", "object.sin2yaw"])
     assert errors == pytest.approx({"object_cm": 5.0, "object_yaw_deg": 45.0})
+
+
+def test_slot_head_reads_the_slots_as_a_set():
+    torch.manual_seed(0)
+    head = SlotHead(dim=32, num_bodies=3, targets_per_body=5)
+    slots = torch.randn(4, 16, 32)
+    out = head(slots)
+    assert out.shape == (4, 15)
+    torch.testing.assert_close(head(slots[:, torch.randperm(16)]), out)
+    assert not torch.allclose(head(slots.flip(0)), out)  # it does depend on the content
 
 
 def test_recorder_checks_scene_shape(tmp_path):
@@ -109,6 +121,27 @@ def test_cli_pretrain_then_sft_init_from(tmp_path, capsys):
     assert cli_main(["sft", "--demos", str(demos), "--init-from", str(tmp_path / "vision"), "--steps", "1",
                      "--batch-size", "2", "--out", str(tmp_path / "sft")]) == 0
     assert (tmp_path / "sft" / "config.json").is_file()
+
+
+def test_sft_co_trains_grounding_from_the_action_slots(tmp_path):
+    """With a scene loss the action slots learn where the square is (z-scored MSE well under the
+    1.0 of predicting the mean); the head is discarded and the checkpoint is a plain policy."""
+    demos = write_scene_demos(tmp_path / "demos", episodes=16, steps=6)
+    model, tok = tiny("tiny-openvla-oft", seed=0)
+    policy = VLAPolicy(model, tok)
+    metrics = train_sft(policy, demos, steps=120, batch_size=16, lr=1e-3, out_dir=tmp_path / "sft",
+                        progress=False, log_every=20, scene_loss_weight=1.0)
+    print(metrics["final_scene_loss"])
+    assert metrics["scene_loss_weight"] == 1.0 and metrics["final_scene_loss"] < 0.5
+    reloaded, _ = load_pretrained(tmp_path / "sft")
+    assert not any("scene" in name for name in reloaded.state_dict())
+    plain = tmp_path / "plain"
+    recorder = EpisodeRecorder(plain, num_envs=1, env_id="Synthetic-v0", asset_pack=None)
+    recorder.add({"image": np.zeros((1, 64, 64, 3), np.uint8), "state": np.zeros((1, 3), np.float32)},
+                 np.zeros((1, 7)), np.zeros(1), np.zeros(1, bool))
+    recorder.finish(0, "x", 0, {"success_once": 1.0, "success_at_end": 1.0, "return": 1.0})
+    with pytest.raises(ValueError, match="scene poses"):
+        train_sft(policy, plain, steps=1, batch_size=1, lr=1e-3, progress=False, scene_loss_weight=1.0)
 
 
 def test_cli_pretrain_rejects_plain_demos(tmp_path, capsys):

@@ -116,7 +116,8 @@ def cmd_sft(args: argparse.Namespace) -> int:
     return run_stage(args, lambda policy: train_sft(
         policy, args.demos, steps=args.steps, batch_size=args.batch_size, lr=args.lr, seed=args.seed,
         out_dir=args.out, log_every=args.log_every, eval_every=args.eval_every, warmup_steps=args.warmup_steps,
-        lr_schedule=args.lr_schedule, label_sigma_bins=args.label_sigma_bins))
+        lr_schedule=args.lr_schedule, label_sigma_bins=args.label_sigma_bins,
+        scene_loss_weight=args.scene_loss_weight))
 
 
 def cmd_pretrain_vision(args: argparse.Namespace) -> int:
@@ -269,6 +270,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--label-sigma-bins", type=float, default=0.0,
                    help="train against a Gaussian over the action bins with this std (in bins) instead "
                         "of the target bin alone (default: 0, plain NLL)")
+    p.add_argument("--scene-loss-weight", type=float, default=0.0,
+                   help="co-train a grounding task: regress the expert's scene poses from the action "
+                        "slots, weighted by this (default: 0, off; needs demos with scene poses)")
     p.set_defaults(func=cmd_sft)
     q = sub.add_parser("sft-report", help="where a warm start errs: action error per episode step and dimension")
     q.add_argument("--checkpoint", type=Path, required=True, help="model or checkpoint folder")

@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch import nn
 from tqdm import tqdm
 
 from vla_envs.demos import load_demos
@@ -35,6 +36,8 @@ from vla_envs.demos import load_demos
 from .checkpoint import save_model, write_atomic_dir
 from .metrics_log import sft_curve
 from .models import PolicyInputs, VLAPolicy
+from .models.openvla import VLAOutput
+from .scene import TARGETS_PER_BODY, SlotHead, scene_targets
 
 
 @dataclass
@@ -46,12 +49,15 @@ class SFTSamples:
         state: float32 ``[M, S]`` (not read by OpenVLA / OpenVLA-OFT; kept for other policies).
         instruction: ``M`` strings.
         action_chunk: float32 ``[M, C, 7]`` env actions ``actions[t : t + C]``, end-padded.
+        scene: float32 ``[M, 5 K]`` scene targets (``scene.scene_targets``) of demos that record
+            the expert's poses, else None.
     """
 
     image: np.ndarray
     state: np.ndarray
     instruction: list[str]
     action_chunk: np.ndarray
+    scene: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.instruction)
@@ -97,6 +103,8 @@ def build_samples(demo_dir: DemoFolders, chunk_size: int) -> SFTSamples:
         state=np.concatenate([e["state"] for e in episodes]).astype(np.float32),
         instruction=[str(e["instruction"]) for e in episodes for _ in range(len(e["action"]))],
         action_chunk=np.concatenate([action_chunks(e["action"], chunk_size) for e in episodes]),
+        scene=(np.concatenate([scene_targets(e["scene"]) for e in episodes])
+               if all("scene" in e for e in episodes) else None),
     )
 
 
@@ -132,23 +140,31 @@ def target_token_ids(policy: VLAPolicy, action_chunk: np.ndarray) -> torch.Tenso
     return policy.core.action_tokenizer.encode(normalized)
 
 
-def nll_loss(policy: VLAPolicy, inputs: PolicyInputs, tokens: torch.Tensor, label_sigma_bins: float = 0.0
-             ) -> torch.Tensor:
-    """Mean cross-entropy per target token (differentiable).
+def nll_loss(policy: VLAPolicy, inputs: PolicyInputs, tokens: torch.Tensor, label_sigma_bins: float = 0.0,
+             out: VLAOutput | None = None) -> torch.Tensor:
+    """Mean cross-entropy per target token (differentiable), at temperature 1 and no top-k, as
+    ``policy.evaluate`` scores them; ``out``: the model's output on ``inputs`` if already computed.
 
     ``label_sigma_bins = 0``: the negative log-likelihood of the target bin. ``> 0``: against a
     Gaussian over the bins centred on the target bin, with this standard deviation in bins
     (a histogram loss for a continuous target: a near miss costs less than a far one, so the
     gradient says which way to move, not only "not this bin").
     """
-    if label_sigma_bins <= 0:
-        ev = policy.evaluate(inputs, tokens, temperature=1.0, top_k=None)
-        return -ev.log_probs.mean()
     core = policy.core
-    out = core(inputs.pixel_values, inputs.input_ids, inputs.attention_mask, action_token_ids=tokens)
+    if out is None:
+        out = core(inputs.pixel_values, inputs.input_ids, inputs.attention_mask, action_token_ids=tokens)
     log_p = torch.log_softmax(out.action_logits, dim=-1)  # [N, C, A, n_bins]
-    weights = gaussian_bin_targets(core.action_token_indices(tokens), log_p.shape[-1], label_sigma_bins)
+    bins = core.action_token_indices(tokens)  # [N, C, A]
+    if label_sigma_bins <= 0:
+        return -log_p.gather(-1, bins.unsqueeze(-1)).mean()
+    weights = gaussian_bin_targets(bins, log_p.shape[-1], label_sigma_bins)
     return -(weights * log_p).sum(-1).mean()
+
+
+def scene_loss(head: nn.Module, out: VLAOutput, target: torch.Tensor) -> torch.Tensor:
+    """Mean squared error of z-scored scene targets ``[N, 5 K]`` read by ``head`` from the action
+    slots' last hidden states (``out`` computed with ``output_hidden_states=True``)."""
+    return ((head(out.hidden_states[:, out.prefix_length :]) - target) ** 2).mean()
 
 
 def gaussian_bin_targets(target: torch.Tensor, n_bins: int, sigma_bins: float) -> torch.Tensor:
@@ -277,6 +293,7 @@ def train_sft(
     warmup_steps: int = 0,
     lr_schedule: str = "constant",
     label_sigma_bins: float = 0.0,
+    scene_loss_weight: float = 0.0,
 ) -> dict:
     """Behaviour cloning of the demos in ``demo_dir`` (one folder or several): minimises the target tokens' mean NLL.
 
@@ -294,6 +311,13 @@ def train_sft(
     The learning rate rises linearly over ``warmup_steps``, then stays (``lr_schedule="constant"``)
     or follows a cosine to 10 % of ``lr`` at the last step (``"cosine"``). ``label_sigma_bins``:
     see ``nll_loss`` (the reported losses are always the plain NLL).
+
+    ``scene_loss_weight > 0`` adds that times ``scene_loss``: a ``SlotHead`` (discarded at the
+    end) regresses the expert's z-scored scene poses from the action slots' hidden states, a
+    grounding task co-trained with the actions. It gives every frame a dense target that depends
+    on where the object is, so the slots learn to attend to it; the actions alone mostly teach
+    what is the same in every episode. Needs demos with scene poses. ``"final_scene_loss"`` is
+    then the mean of the last ``log_every`` steps.
     """
     if steps < 1 or batch_size < 1 or lr <= 0:
         raise ValueError(f"steps, batch_size and lr must be positive; got {steps}, {batch_size}, {lr}")
@@ -301,6 +325,8 @@ def train_sft(
         raise ValueError(f"lr_schedule {lr_schedule!r} is not one of {LR_SCHEDULES}")
     if label_sigma_bins < 0:
         raise ValueError(f"label_sigma_bins must be >= 0, got {label_sigma_bins}")
+    if scene_loss_weight < 0:
+        raise ValueError(f"scene_loss_weight must be >= 0, got {scene_loss_weight}")
     if warmup_steps < 0 or (eval_every is not None and eval_every < 1):
         raise ValueError(f"warmup_steps must be >= 0 and eval_every >= 1; got {warmup_steps}, {eval_every}")
     torch.manual_seed(seed)
@@ -310,17 +336,27 @@ def train_sft(
     samples = build_samples(demo_dir, policy.chunk_size)
     samples.image = resize_images(samples.image, policy.config.image_size)
     tokens = target_token_ids(policy, samples.action_chunk)
+    scene_head, scene_z = None, None
+    if scene_loss_weight > 0:
+        if samples.scene is None:
+            raise ValueError(f"{demo_dir}: --scene-loss-weight needs demos with the expert's scene poses "
+                             "(index.json 'scene_bodies'); record them with vla-envs collect-demos")
+        scene = torch.as_tensor(samples.scene)
+        scene_z = (scene - scene.mean(0)) / scene.std(0).clamp_min(1e-3)
+        bodies = scene.shape[1] // len(TARGETS_PER_BODY)
+        scene_head = SlotHead(policy.config.text_config.hidden_size, bodies, len(TARGETS_PER_BODY)).to(policy.device)
 
     before = evaluate_samples(policy, samples, tokens, batch_size, eval_samples)
 
     params = [p for p in policy.model.parameters() if p.requires_grad]
+    params += list(scene_head.parameters()) if scene_head is not None else []
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda i: lr_factor(i, steps, warmup_steps, lr_schedule)
     )
     policy.model.train()
     order, pos = rng.permutation(len(samples)), 0
-    history, curve = [], []
+    history, curve, scene_history = [], [], []
     bar = tqdm(range(1, steps + 1), desc="sft", disable=not progress, dynamic_ncols=True)
     for step in bar:
         # next minibatch of a shuffled epoch (reshuffle when it runs out)
@@ -330,7 +366,14 @@ def train_sft(
         pos += len(idx)
 
         inputs = policy.prepare(samples.obs(idx))
-        loss = nll_loss(policy, inputs, tokens[idx].to(policy.device), label_sigma_bins)
+        target = tokens[idx].to(policy.device)
+        out = policy.core(inputs.pixel_values, inputs.input_ids, inputs.attention_mask,
+                          action_token_ids=target, output_hidden_states=scene_head is not None)
+        loss = nll_loss(policy, inputs, target, label_sigma_bins, out)
+        if scene_head is not None:
+            grounding = scene_loss(scene_head, out, scene_z[idx].to(policy.device))
+            scene_history.append(grounding.item())
+            loss = loss + scene_loss_weight * grounding
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm).item()
@@ -340,8 +383,9 @@ def train_sft(
         history.append(loss.item())
         bar.set_postfix(loss=f"{history[-1]:.4f}")
         if log_every and step % log_every == 0:
+            scene_note = f"  scene {np.mean(scene_history[-log_every:]):.4f}" if scene_history else ""
             bar.write(f"step {step}/{steps}  loss {np.mean(history[-log_every:]):.4f}  "
-                      f"grad_norm {grad_norm:.3f}")
+                      f"grad_norm {grad_norm:.3f}{scene_note}")
         if eval_every and step % eval_every == 0 and step < steps:
             point = {"step": step, **evaluate_samples(policy, samples, tokens, batch_size, eval_samples)}
             curve.append(point)
@@ -360,6 +404,8 @@ def train_sft(
         "action_l1_of_zero": after["action_l1_of_zero"],
         "num_samples": len(samples),
         "steps": steps,
+        "scene_loss_weight": scene_loss_weight,
+        "final_scene_loss": float(np.mean(scene_history[-(log_every or 1):])) if scene_history else None,
         "curve": curve + [{"step": steps, **after}] if eval_every else None,
         "checkpoint": None,
     }

@@ -5,18 +5,13 @@ and behaviour cloning alone does not teach them to see a 6-8 pixel object (the w
 reaching error stays at the zero action's in the lateral direction). This stage stands in for
 that pretraining: the towers and the projector learn to regress, from one frame, the positions
 and yaws of the bodies the scripted expert saw (the demos' privileged ``scene`` poses). The
-labels exist only in simulation and only here; the policy never receives them.
+labels exist only in simulation and only for training; the policy never receives them.
 
-Read top to bottom:
-
-1. ``scene_targets``: poses ``[T, 7 K]`` -> targets ``[T, 5 K]``: per body ``x, y, z, cos 2 yaw,
-   sin 2 yaw`` (yaw modulo pi: a gripper and most objects look the same turned half a turn).
-2. ``SceneHead``: projector patches ``[N, P, D]`` -> targets ``[N, 5 K]`` (flatten, MLP); patch
-   order carries where each patch is, which a pooled feature would lose.
-3. ``pretrain_vision``: AdamW on the mean squared error of z-scored targets over the training
-   frames, validation on the frames of held-out episodes (errors in cm and degrees), then the
-   whole model is saved with ``vision_metrics.json`` (its language model untouched) for
-   ``vla-train sft --init-from``.
+Read top to bottom: ``pretrain_vision``: AdamW on the mean squared error of z-scored scene
+targets (``scene.py``) predicted by a ``PatchHead`` on the projector's patches, over the training
+frames; validation on the frames of held-out episodes (errors in cm and degrees); then the whole
+model is saved with ``vision_metrics.json`` (its language model untouched) for
+``vla-train sft --init-from``.
 """
 
 from __future__ import annotations
@@ -31,38 +26,8 @@ from tqdm import tqdm
 
 from .models import VLAPolicy
 from .models.vision import images_to_pixel_values
+from .scene import TARGETS_PER_BODY, PatchHead, scene_errors, scene_targets
 from .sft import DemoFolders, load_episodes, resize_images, save_checkpoint
-
-TARGETS_PER_BODY = ("x", "y", "z", "cos2yaw", "sin2yaw")
-
-
-def yaw_of_wxyz(q: np.ndarray) -> np.ndarray:
-    """Yaw (rotation about world z) of quaternions ``[..., 4]`` (w, x, y, z), in radians."""
-    w, x, y, z = np.moveaxis(q, -1, 0)
-    return np.arctan2(2.0 * (w * z + x * y), 1.0 - 2.0 * (y * y + z * z))
-
-
-def scene_targets(scene: np.ndarray) -> np.ndarray:
-    """Poses float ``[T, 7 K]`` (per body xyz + wxyz) -> targets float32 ``[T, 5 K]`` (per body
-    ``TARGETS_PER_BODY``)."""
-    T, width = scene.shape
-    if width % 7:
-        raise ValueError(f"scene has {width} columns; expected 7 per body (xyz + wxyz)")
-    poses = scene.reshape(T, width // 7, 7)
-    yaw2 = 2.0 * yaw_of_wxyz(poses[..., 3:])
-    return np.concatenate([poses[..., :3], np.cos(yaw2)[..., None], np.sin(yaw2)[..., None]], -1).reshape(T, -1).astype(np.float32)
-
-
-class SceneHead(nn.Module):
-    """Patches ``[N, P, D]`` -> scene targets ``[N, K]``; discarded after pretraining."""
-
-    def __init__(self, num_patches: int, dim: int, num_targets: int, hidden: int = 256):
-        super().__init__()
-        self.net = nn.Sequential(nn.Flatten(), nn.Linear(num_patches * dim, hidden), nn.GELU(),
-                                 nn.Linear(hidden, num_targets))
-
-    def forward(self, patches: torch.Tensor) -> torch.Tensor:
-        return self.net(patches)
 
 
 def load_scene_frames(demo_dirs: DemoFolders, image_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
@@ -95,21 +60,6 @@ def load_scene_frames(demo_dirs: DemoFolders, image_size: int) -> tuple[np.ndarr
     episode = np.concatenate([np.full(len(e["action"]), i) for i, e in enumerate(episodes)])
     names = [f"{b}.{t}" for b in bodies for t in TARGETS_PER_BODY]
     return images, targets, episode, names
-
-
-def scene_errors(pred: torch.Tensor, target: torch.Tensor, names: list[str]) -> dict[str, float]:
-    """Mean absolute error per body: position in cm, yaw in degrees (from the doubled-angle pair).
-
-    Shapes: pred, target ``[M, 5 K]`` in target units (not z-scored).
-    """
-    out = {}
-    for b in range(len(names) // 5):
-        p, t = pred[:, 5 * b : 5 * b + 5], target[:, 5 * b : 5 * b + 5]
-        body = names[5 * b].split(".")[0]
-        out[f"{body}_cm"] = float((p[:, :3] - t[:, :3]).norm(dim=1).mean() * 100)
-        dyaw = torch.atan2(p[:, 4], p[:, 3]) - torch.atan2(t[:, 4], t[:, 3])
-        out[f"{body}_yaw_deg"] = float(torch.rad2deg(torch.atan2(dyaw.sin(), dyaw.cos()).abs() / 2).mean())
-    return out
 
 
 def pretrain_vision(
@@ -151,7 +101,7 @@ def pretrain_vision(
     mean, std = target[train_idx].mean(0), target[train_idx].std(0).clamp_min(1e-3)
     device = policy.device
     vision = nn.ModuleDict({"backbone": core.vision_backbone, "projector": core.projector})
-    head = SceneHead(core.vision_backbone.num_patches, config.text_config.hidden_size, len(names)).to(device)
+    head = PatchHead(core.vision_backbone.num_patches, config.text_config.hidden_size, len(names)).to(device)
 
     def predict(idx: np.ndarray) -> torch.Tensor:
         """Scene targets of frames ``idx``, ``[len(idx), 5 K]`` (z-scored)."""
