@@ -2,11 +2,13 @@
 # The supervised warm start for the main job, made from scratch on this CPU (about 40 min on 2 cores):
 #   1. VLA_DEMO_EPISODES (900) scripted-expert episodes on PutOnPlateInScene25Main-v3 (procedural
 #      assets, low-poly Panda, the camera cropped to the workspace, 64 px), with the expert's
-#      privileged poses                                                        -> DIR/demos
+#      privileged poses; the expert moves at most VLA_EXPERT_MAX_SPEED (1.0) of the controller's
+#      10 cm per step and axis                                                 -> DIR/demos
 #   2. vision pretraining of a new tiny OpenVLA-OFT (learned slot embeddings): VLA_VISION_STEPS (400)
 #      steps of 64 frames, lr 3e-4; the towers learn to locate the TCP, object and plate -> DIR/vision
 #   3. SFT of the whole policy from it: VLA_SFT_STEPS (700) steps of 32, lr 5e-4, 50 warm-up steps,
-#      cosine                                                                   -> DIR/sft_0
+#      cosine; VLA_SCENE_LOSS_WEIGHT (0: off) co-trains grounding (the scene poses regressed
+#      from the action slots)                                                   -> DIR/sft_0
 #   4. VLA_SFT_STAGES (0) continuation stages of VLA_SFT_STAGE_STEPS (600) steps of 32 at lr 5e-4,
 #      each --init-from the previous one                                        -> DIR/sft_1 ...
 # DIR/sft is the last stage. A stage whose output exists is skipped, so an interrupted run continues.
@@ -23,8 +25,10 @@ source scripts/main_job_env.sh
 DIR="${1:-runs/warm_start}"
 EPISODES="${VLA_DEMO_EPISODES:-900}"
 DEMO_SEED=300
+EXPERT_MAX_SPEED="${VLA_EXPERT_MAX_SPEED:-1.0}"
 VISION_STEPS="${VLA_VISION_STEPS:-400}"
 STEPS0="${VLA_SFT_STEPS:-700}"
+SCENE_WEIGHT="${VLA_SCENE_LOSS_WEIGHT:-0}"
 STAGES="${VLA_SFT_STAGES:-0}"
 STAGE_STEPS="${VLA_SFT_STAGE_STEPS:-600}"
 mkdir -p "$DIR"
@@ -32,7 +36,8 @@ mkdir -p "$DIR"
 if [ ! -f "$DIR/demos/index.json" ]; then
   echo "== scripted-expert demos -> $DIR/demos"
   .venv/bin/vla-envs collect-demos PutOnPlateInScene25Main-v3 --num-envs 2 --steps 1000000 \
-    --episodes "$EPISODES" --image-size 64 --seed "$DEMO_SEED" --env-kwargs "$ENV_KWARGS" --out "$DIR/demos.partial"
+    --episodes "$EPISODES" --image-size 64 --seed "$DEMO_SEED" --env-kwargs "$ENV_KWARGS" \
+    --expert-kwargs "{\"max_speed\": $EXPERT_MAX_SPEED}" --out "$DIR/demos.partial"
   rm -rf "$DIR/demos" && mv "$DIR/demos.partial" "$DIR/demos"
 fi
 if [ ! -f "$DIR/vision/config.json" ]; then
@@ -44,7 +49,7 @@ if [ ! -f "$DIR/sft_0/config.json" ]; then
   echo "== SFT from the pretrained vision -> $DIR/sft_0"
   .venv/bin/vla-train sft --demos "$DIR/demos" --init-from "$DIR/vision" \
     --steps "$STEPS0" --batch-size 32 --lr 5e-4 --warmup-steps 50 --lr-schedule cosine \
-    --eval-every 100 --out "$DIR/sft_0" --seed 0 --log-every 50
+    --eval-every 100 --out "$DIR/sft_0" --seed 0 --log-every 50 --scene-loss-weight "$SCENE_WEIGHT"
 fi
 for stage in $(seq 1 "$STAGES"); do
   if [ ! -f "$DIR/sft_$stage/config.json" ]; then
@@ -63,7 +68,8 @@ import json, sys
 from vla_trainer.checkpoint import publish_half_precision
 from vla_trainer.metrics_log import sft_curve
 run, stages, episodes, demo_seed, env_kwargs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
-keep = ("initial_loss", "final_loss", "final_token_accuracy", "final_action_l1", "action_l1_of_zero", "steps", "curve")
+keep = ("initial_loss", "final_loss", "final_token_accuracy", "final_action_l1", "action_l1_of_zero", "steps", "curve",
+        "scene_loss_weight", "final_scene_loss")
 def settings(stage):
     if stage == 0:
         return {"init": "vision pretraining", "batch_size": 32, "lr": 5e-4, "warmup_steps": 50,
@@ -76,6 +82,7 @@ made_by = {
     "script": "scripts/make_warm_start.sh",
     "demos": {"env_id": index["env_id"], "asset_pack": index["asset_pack"], "episodes_recorded": episodes,
               "episodes_kept": len(index["episodes"]), "seed": demo_seed, "image_size": 64,
+              "expert_kwargs": index.get("expert_kwargs", {}),
               "env_kwargs": json.loads(env_kwargs)},
     "vision_pretraining": {
         "settings": {"init": "random (preset tiny-openvla-oft, learned slot embeddings)", "batch_size": 64,

@@ -370,15 +370,16 @@ def test_object_set_on_the_plate_in_the_simulator_succeeds(sim_env):
 
 @pytest.mark.slow
 @pytest.mark.maniskill
-@pytest.mark.parametrize("seed", [1, 2])  # episodes 546460 and 203791
-def test_scripted_expert_solves_fixed_seeds(sim_env, seed):
+@pytest.mark.parametrize("seed,max_speed", [(1, 1.0), (2, 1.0), (1, 0.3)])  # episodes 546460, 203791
+def test_scripted_expert_solves_fixed_seeds(sim_env, seed, max_speed):
     from vla_envs.tasks.put_on_plate.expert import ScriptedExpert
 
     sim_env.reset(seed=seed)
-    expert = ScriptedExpert(1)
+    expert = ScriptedExpert(1, max_speed=max_speed)
     success = False
-    for _ in range(60):
+    for _ in range(80):
         action = expert.act([sim_env.backend.call(0, "expert_state")])
+        assert np.abs(action[:, :3]).max() <= max_speed + 1e-6
         _, _, terminated, truncated, info = sim_env.step(action)
         success |= bool(info["success"][0])
         if terminated[0] or truncated[0]:
@@ -431,11 +432,14 @@ def test_collect_demos_writes_the_documented_format(asset_root, tmp_path, monkey
     monkeypatch.setenv("VLA_ENVS_ASSET_DIR", str(asset_root))
     out = tmp_path / "demos"
     assert main(["collect-demos", "PutOnPlateInScene25Main-v3", "--num-envs", "1", "--episodes", "1",
-                 "--image-size", "32", "--all", "--out", str(out), "--action-noise", "0.2", "--env-kwargs",
+                 "--image-size", "32", "--all", "--out", str(out), "--action-noise", "0.2",
+                 "--expert-kwargs", '{"max_speed": 0.5}', "--env-kwargs",
                  '{"low_poly": true, "vectorization": "serial", "time_limit": 12}']) == 0
     index, recorded = load_demos(out)
     assert index["asset_pack"] == "procedural" and len(recorded) == 1 and index["action_noise"] == 0.2
+    assert index["expert_kwargs"] == {"max_speed": 0.5}
     ep = recorded[0]
+    assert np.abs(ep["action"][:, :3]).max() <= 0.5 + 1e-6 and np.abs(ep["action"][:, :3]).max() > 0.4
     assert ep["image"].shape == (12, 32, 32, 3) and ep["action"].shape == (12, 7)
     assert str(ep["instruction"]).startswith("put ") and index["episodes"][0]["length"] == 12
     # the privileged poses (labels for vision pretraining): the object starts on the position grid
@@ -444,12 +448,16 @@ def test_collect_demos_writes_the_documented_format(asset_root, tmp_path, monkey
     assert np.all(np.abs(object_xy - episodes.GRID_CENTER_XY) <= episodes.GRID_HALF_EDGE_M + 0.01)
 
 
-@pytest.mark.parametrize("args", [["--action-noise", "1.5"], ["--action-noise", "-0.1"]])
-def test_collect_demos_rejects_bad_action_noise(args, tmp_path, capsys):
+@pytest.mark.parametrize("args,named", [
+    (["--action-noise", "1.5"], "--action-noise"), (["--action-noise", "-0.1"], "--action-noise"),
+    (["--expert-kwargs", '{"max_speed": 1.5}'], "max_speed must be in (0, 1]"),
+    (["--expert-kwargs", '{"speed": 0.3}'], "unexpected keyword argument 'speed'"),
+])
+def test_collect_demos_rejects_bad_expert_options(args, named, tmp_path, capsys):
     from vla_envs.cli import main
 
     assert main(["collect-demos", "PutOnPlateInScene25Main-v3", "--out", str(tmp_path / "d"), *args]) == 2
-    assert "--action-noise" in capsys.readouterr().err
+    assert named in capsys.readouterr().err
     assert not (tmp_path / "d").exists()
 
 

@@ -70,6 +70,17 @@ def run_episodes(args: argparse.Namespace, recorder_folder: Path | None = None) 
     if not 0.0 <= action_noise <= 1.0 or (action_noise and args.policy != "expert"):
         raise ValueError(f"--action-noise {action_noise}: must be in [0, 1], and only perturbs the expert's "
                          "actions (--policy expert)")
+    expert_kwargs = json.loads(getattr(args, "expert_kwargs", None) or "{}")
+    if expert_kwargs and args.policy != "expert":
+        raise ValueError("--expert-kwargs only configures the scripted expert (--policy expert)")
+    expert = None
+    if args.policy == "expert":
+        module, _, name = spec.expert.partition(":")
+        expert_cls = getattr(importlib.import_module(module), name)
+        try:
+            expert = expert_cls(args.num_envs, seed=args.seed, **expert_kwargs)
+        except TypeError as e:
+            raise ValueError(f"--expert-kwargs {expert_kwargs}: {e} (see {spec.expert})") from e
     t0 = time.perf_counter()
     kwargs = {"image_size": args.image_size, **json.loads(args.env_kwargs)}
     env = gym.make(args.env_id, num_envs=args.num_envs, **kwargs)
@@ -77,13 +88,10 @@ def run_episodes(args: argparse.Namespace, recorder_folder: Path | None = None) 
     if args.video:
         env = RecordVideo(env, args.video, fps=args.fps)
     rng = np.random.default_rng(args.seed)
-    expert = None
-    if args.policy == "expert":
-        module, _, name = spec.expert.partition(":")
-        expert = getattr(importlib.import_module(module), name)(args.num_envs, seed=args.seed)
     chunk = 1 if expert is not None else args.chunk  # a closed-loop expert re-plans every step
     recorder = (EpisodeRecorder(recorder_folder, args.num_envs, args.env_id, getattr(base, "asset_pack", None),
                                 only_success=getattr(args, "only_success", True), action_noise=action_noise,
+                                expert_kwargs=expert_kwargs,
                                 scene_bodies=SCENE_BODIES if expert is not None else ())
                 if recorder_folder is not None else None)
     episodes: list[dict[str, float]] = []
@@ -216,6 +224,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--action-noise", type=float, default=0.0,
                    help="std of Gaussian noise on the executed translation and yaw actions; the demos "
                         "record the expert's own actions, so they show recoveries (default: 0)")
+    c.add_argument("--expert-kwargs", default="{}",
+                   help='JSON of scripted-expert options, e.g. \'{"max_speed": 0.3}\' (PutOnPlate: the '
+                        "largest translation per step as a fraction of the controller's; default: {})")
     c.set_defaults(func=cmd_collect_demos, policy="expert")
     o = sub.add_parser("eval-ood", help="run a policy on every PutOnPlate variant; success table by category")
     o.add_argument("--policy", choices=("random", "zero", "expert"), default="expert")

@@ -2,7 +2,8 @@
 
 A demo folder holds one ``episode_XXXXXX.npz`` per episode plus ``index.json``::
 
-    index.json      {"format": "vla-demos-v1", "env_id", "asset_pack", "action_noise", "episodes": [
+    index.json      {"format": "vla-demos-v1", "env_id", "asset_pack", "action_noise", "expert_kwargs",
+                     "episodes": [
                         {"file", "instruction", "state_id", "length", "success_once",
                          "success_at_end", "return"}, ...]}
     episode_*.npz   image uint8 [T, H, W, 3]   observation before each action
@@ -35,12 +36,13 @@ class EpisodeRecorder:
 
     def __init__(self, folder: str | Path, num_envs: int, env_id: str, asset_pack: str | None,
                  only_success: bool = True, action_noise: float = 0.0,
-                 scene_bodies: tuple[str, ...] = ()):
+                 scene_bodies: tuple[str, ...] = (), expert_kwargs: dict | None = None):
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
         self.only_success = only_success
         self.index: dict[str, Any] = {"format": FORMAT, "env_id": env_id, "asset_pack": asset_pack,
-                                      "action_noise": action_noise, "episodes": []}
+                                      "action_noise": action_noise, "expert_kwargs": dict(expert_kwargs or {}),
+                                      "episodes": []}
         if scene_bodies:
             self.index["scene_bodies"] = list(scene_bodies)
         self.scene_bodies = tuple(scene_bodies)

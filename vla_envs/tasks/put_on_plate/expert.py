@@ -44,9 +44,19 @@ class ScriptedExpert:
     Args:
         num_envs: batch size.
         seed: unused (the expert is deterministic); accepted for a uniform expert constructor.
+        max_speed: the largest translation command per axis, as a fraction of the controller's
+            full step (10 cm per control step). Below 1 the moves take more, smaller steps: the
+            reach towards the object becomes an approach that a policy can correct step by step
+            from what it sees, where at 1.0 it is one jump decided from the first frame.
+
+    Raises:
+        ValueError: ``max_speed`` outside ``(0, 1]``.
     """
 
-    def __init__(self, num_envs: int, seed: int = 0):
+    def __init__(self, num_envs: int, seed: int = 0, max_speed: float = 1.0):
+        if not 0.0 < max_speed <= 1.0:
+            raise ValueError(f"max_speed must be in (0, 1], got {max_speed}")
+        self.max_speed = max_speed
         self.phase = np.zeros(num_envs, np.int64)
         self.timer = np.zeros(num_envs, np.int64)
 
@@ -91,7 +101,7 @@ class ScriptedExpert:
         # world -> robot base frame (the base is yawed by base_yaw about z)
         c, sn = np.cos(-s["base_yaw"]), np.sin(-s["base_yaw"])
         base_delta = np.array([c * delta[0] - sn * delta[1], sn * delta[0] + c * delta[1], delta[2]])
-        move = np.clip(base_delta / MAX_STEP_M, -1, 1)
+        move = np.clip(base_delta / MAX_STEP_M, -self.max_speed, self.max_speed)
         action = np.zeros(7)
         action[:3] = move
         # the controller's rotation frame follows the tool, whose z axis points down: a positive
