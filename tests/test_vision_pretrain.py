@@ -41,6 +41,15 @@ def write_scene_demos(folder, episodes: int = 24, steps: int = 6, seed: int = 0,
     return folder
 
 
+def write_plain_demos(folder):
+    """One one-step episode recorded without scene poses (not by a scripted expert)."""
+    recorder = EpisodeRecorder(folder, num_envs=1, env_id="Synthetic-v0", asset_pack=None)
+    recorder.add({"image": np.zeros((1, 8, 8, 3), np.uint8), "state": np.zeros((1, 3), np.float32)},
+                 np.zeros((1, 7)), np.zeros(1), np.zeros(1, bool))
+    recorder.finish(0, "x", 0, {"success_once": 1.0, "success_at_end": 1.0, "return": 1.0})
+    return folder
+
+
 def test_scene_targets_are_positions_and_the_doubled_yaw():
     poses = np.stack([np.concatenate([[0.1, -0.2, 0.3], yaw_quat(y)]) for y in (0.0, np.pi / 4, np.pi / 2, np.pi)])
     t = scene_targets(poses)
@@ -99,11 +108,7 @@ def test_pretraining_learns_where_the_square_is_and_leaves_the_language_model_al
 
 
 def test_demos_without_scene_poses_are_refused(tmp_path):
-    folder = tmp_path / "plain"
-    recorder = EpisodeRecorder(folder, num_envs=1, env_id="Synthetic-v0", asset_pack=None)
-    recorder.add({"image": np.zeros((1, 8, 8, 3), np.uint8), "state": np.zeros((1, 3), np.float32)},
-                 np.zeros((1, 7)), np.zeros(1), np.zeros(1, bool))
-    recorder.finish(0, "x", 0, {"success_once": 1.0, "success_at_end": 1.0, "return": 1.0})
+    folder = write_plain_demos(tmp_path / "plain")
     with pytest.raises(ValueError, match="scene_bodies"):
         load_scene_frames(folder, 64)
     other = write_scene_demos(tmp_path / "other", episodes=2, steps=2, bodies=("object", "plate"))
@@ -135,20 +140,12 @@ def test_sft_co_trains_grounding_from_the_action_slots(tmp_path):
     assert metrics["scene_loss_weight"] == 1.0 and metrics["final_scene_loss"] < 0.5
     reloaded, _ = load_pretrained(tmp_path / "sft")
     assert not any("scene" in name for name in reloaded.state_dict())
-    plain = tmp_path / "plain"
-    recorder = EpisodeRecorder(plain, num_envs=1, env_id="Synthetic-v0", asset_pack=None)
-    recorder.add({"image": np.zeros((1, 64, 64, 3), np.uint8), "state": np.zeros((1, 3), np.float32)},
-                 np.zeros((1, 7)), np.zeros(1), np.zeros(1, bool))
-    recorder.finish(0, "x", 0, {"success_once": 1.0, "success_at_end": 1.0, "return": 1.0})
+    plain = write_plain_demos(tmp_path / "plain")
     with pytest.raises(ValueError, match="scene poses"):
         train_sft(policy, plain, steps=1, batch_size=1, lr=1e-3, progress=False, scene_loss_weight=1.0)
 
 
 def test_cli_pretrain_rejects_plain_demos(tmp_path, capsys):
-    folder = tmp_path / "plain"
-    recorder = EpisodeRecorder(folder, num_envs=1, env_id="Synthetic-v0", asset_pack=None)
-    recorder.add({"image": np.zeros((1, 8, 8, 3), np.uint8), "state": np.zeros((1, 3), np.float32)},
-                 np.zeros((1, 7)), np.zeros(1), np.zeros(1, bool))
-    recorder.finish(0, "x", 0, {"success_once": 1.0, "success_at_end": 1.0, "return": 1.0})
+    folder = write_plain_demos(tmp_path / "plain")
     assert cli_main(["pretrain-vision", "--demos", str(folder), "--steps", "2", "--out", str(tmp_path / "v")]) == 2
     assert "no scene poses" in capsys.readouterr().err and not (tmp_path / "v").exists()
