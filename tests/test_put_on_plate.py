@@ -387,6 +387,41 @@ def test_scripted_expert_solves_fixed_seeds(sim_env, seed, max_speed):
     assert success
 
 
+@pytest.mark.slow
+@pytest.mark.maniskill
+def test_lower_sim_freq_takes_fewer_sub_steps_and_the_expert_still_solves(asset_root, monkeypatch):
+    import gymnasium as gym
+
+    from vla_envs.tasks.put_on_plate.expert import ScriptedExpert
+
+    monkeypatch.setenv("VLA_ENVS_ASSET_DIR", str(asset_root))
+    env = gym.make("PutOnPlateInScene25Main-v3", num_envs=1, image_size=64, low_poly=True, sim_freq=100,
+                   vectorization="serial", time_limit=80)
+    try:
+        task = env.backend.envs[0]._env.unwrapped
+        assert (task.sim_freq, task.control_freq, task._sim_steps_per_control) == (100, 5, 20)
+        env.reset(seed=1)
+        expert, success = ScriptedExpert(1), False
+        for _ in range(80):
+            _, _, terminated, truncated, info = env.step(expert.act([env.backend.call(0, "expert_state")]))
+            success |= bool(info["success"][0])
+            if terminated[0] or truncated[0]:
+                break
+        assert success
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("bad", [0, 7, 100.0, True, -5])
+def test_sim_freq_must_be_a_multiple_of_the_control_frequency(bad):
+    import gymnasium as gym
+
+    import vla_envs  # noqa: F401
+
+    with pytest.raises(ValueError, match=r"sim_freq=.*multiple of the 5 Hz control frequency"):
+        gym.make("PutOnPlateInScene25Main-v3", num_envs=1, sim_freq=bad)
+
+
 def test_perturb_adds_noise_to_translation_and_yaw_only():
     from vla_envs.cli import PERTURBED_DIMS, perturb
 

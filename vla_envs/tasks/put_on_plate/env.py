@@ -1,7 +1,8 @@
 """PutOnPlateInScene25 as a ManiSkill task (CPU or GPU PhysX), with a Panda digital twin.
 
 **Task Description**: put the named object on the plate. Instruction
-``"put {object} on {plate}"``. 80 steps at 5 Hz control (500 Hz simulation).
+``"put {object} on {plate}"``. 80 steps at 5 Hz control (500 Hz simulation; ``sim_freq``
+lowers it for training).
 
 **Randomizations** (all indexed by the episode id, see ``episodes.py``): the object (one of
 the split's objects), the plate, the table-photo overlay composited behind robot and objects,
@@ -55,8 +56,9 @@ class PutOnPlateInScene25Env(BaseEnv):
     def __init__(self, *args: Any, pack: AssetPack, variant: str = "PutOnPlateInScene25Main-v3",
                  camera_file: str | Path | None = None, camera_hw: tuple[int, int] = (480, 640),
                  camera_crop: tuple[int, int, int, int] | None = None,
-                 robot_uids: str = "panda", **kwargs: Any):
+                 robot_uids: str = "panda", sim_freq: int = 500, **kwargs: Any):
         self.pack = pack
+        self._requested_sim_freq = sim_freq  # ManiSkill keeps its own _sim_freq
         self.variant = get_variant(variant)
         self.split = self.variant.split()
         self.camera: CameraFile = load_camera_file(camera_file)
@@ -83,7 +85,7 @@ class PutOnPlateInScene25Env(BaseEnv):
     # ------------------------------------------------------------------ config
     @property
     def _default_sim_config(self) -> SimConfig:
-        return SimConfig(sim_freq=500, control_freq=5, spacing=20)
+        return SimConfig(sim_freq=self._requested_sim_freq, control_freq=5, spacing=20)  # make.py checks sim_freq
 
     @property
     def _default_sensor_configs(self) -> list[CameraConfig]:

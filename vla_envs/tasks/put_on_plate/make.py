@@ -8,12 +8,15 @@ from typing import Any
 from vla_envs.core.vector_env import ChunkVectorEnv
 
 ROBOTS = ("panda",)
+CONTROL_FREQ = 5  # Hz, the reference's
+REFERENCE_SIM_FREQ = 500
 TASK_ID = "VLA-PutOnPlateInScene25-v1"
 
 
 def make_put_on_plate_vector_env(num_envs: int = 1, *, variant: str = "PutOnPlateInScene25Main-v3",
                                  assets: str = "auto",
                                  robot: str = "panda", low_poly: bool = False,
+                                 sim_freq: int = REFERENCE_SIM_FREQ,
                                  camera_file: str | Path | None = None,
                                  image_size: int | tuple[int, int] = (480, 640),
                                  camera_crop: tuple[int, int, int, int] | None = None,
@@ -30,6 +33,11 @@ def make_put_on_plate_vector_env(num_envs: int = 1, *, variant: str = "PutOnPlat
         robot: ``"panda"`` (our Franka's twin; WidowX needs the official robot assets).
         low_poly: render the Panda with its collision meshes (4-8x faster on CPU). Training
             only: evaluation must use the default.
+        sim_freq: physics steps per second; a multiple of the 5 Hz control frequency. 500 (the
+            reference's) takes 100 sub-steps per control step; 100 takes 20, about 2.7x the
+            env-steps/s in one process, at some cost in grasp fidelity (the scripted expert's
+            success falls by a few points, ``docs/benchmarks.md``). Training only, like
+            ``low_poly``: evaluation must use the default.
         camera_file: the calibration tool's camera file (default: the packaged one).
         image_size: main camera side, or (height, width); intrinsics scale with it.
         camera_crop: ``(left, top, right, bottom)`` in the camera file's pixels: the policy sees
@@ -47,6 +55,10 @@ def make_put_on_plate_vector_env(num_envs: int = 1, *, variant: str = "PutOnPlat
 
     if robot not in ROBOTS:
         raise ValueError(f"robot={robot!r}; available here: {list(ROBOTS)}")
+    if isinstance(sim_freq, bool) or not isinstance(sim_freq, int) or sim_freq < CONTROL_FREQ \
+            or sim_freq % CONTROL_FREQ:
+        raise ValueError(f"sim_freq={sim_freq!r}; must be a positive multiple of the {CONTROL_FREQ} Hz control "
+                         f"frequency, e.g. {REFERENCE_SIM_FREQ} (the reference's) or 100")
     spec = get_variant(variant)  # unknown variant: error listing the valid ones, before any work
     # bad camera file or crop: error naming the field, before any work
     load_camera_file(camera_file).check_crop(camera_crop)
@@ -61,7 +73,8 @@ def make_put_on_plate_vector_env(num_envs: int = 1, *, variant: str = "PutOnPlat
         image_size=None, reward_mode="dense", obs_mode="rgb+segmentation",
         register_module="vla_envs.tasks.put_on_plate.env",
         env_kwargs=dict(pack=pack, variant=variant, camera_file=camera_file,
-                        camera_hw=image_hw, camera_crop=camera_crop, robot_uids="panda_lowpoly" if low_poly else "panda"),
+                        camera_hw=image_hw, camera_crop=camera_crop, robot_uids="panda_lowpoly" if low_poly else "panda",
+                        sim_freq=sim_freq),
         **contract_kwargs)
     env.asset_pack = pack.kind  # recorded by eval reports and checkpoints
     env.variant = spec
