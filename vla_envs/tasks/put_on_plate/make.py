@@ -34,9 +34,9 @@ def make_put_on_plate_vector_env(num_envs: int = 1, *, variant: str = "PutOnPlat
         low_poly: render the Panda with its collision meshes (4-8x faster on CPU). Training
             only: evaluation must use the default.
         sim_freq: physics steps per second; a multiple of the 5 Hz control frequency. 500 (the
-            reference's) takes 100 sub-steps per control step; 100 takes 20, about 2.7x the
+            reference's) takes 100 sub-steps per control step; 100 takes 20, about 2x the
             env-steps/s in one process, at some cost in grasp fidelity (the scripted expert's
-            success falls by a few points, ``docs/benchmarks.md``). Training only, like
+            success falls from 0.98 to 0.92, ``docs/benchmarks.md``). Training only, like
             ``low_poly``: evaluation must use the default.
         camera_file: the calibration tool's camera file (default: the packaged one).
         image_size: main camera side, or (height, width); intrinsics scale with it.
