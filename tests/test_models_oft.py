@@ -99,3 +99,46 @@ def test_learned_slot_embeddings_are_the_default_slot_inputs_and_train():
     assert tiny("tiny-openvla-oft", seed=0, slot_embeddings="zeros")[0].action_slots is None
     with pytest.raises(ConfigMismatchError, match="slot_embeddings"):
         build_config("tiny-openvla-oft", slot_embeddings="random")
+
+
+def test_patch_position_code_is_added_to_the_patches_and_trains(tmp_path):
+    import pytest
+
+    from vla_trainer.models import ConfigMismatchError, build_config, load_pretrained
+    from vla_trainer.models.vision import sincos_patch_code
+
+    model, tok = tiny("tiny-openvla-oft", seed=0, patch_positions="sincos")
+    grid = model.config.image_size // model.config.vision_config.patch_size
+    torch.testing.assert_close(model.patch_positions.detach(),
+                               sincos_patch_code(grid, model.config.text_config.hidden_size, 0.25))
+    x = policy_for(model, tok).prepare(make_obs(2, seed=0))
+    out = model(x.pixel_values, x.input_ids, x.attention_mask)
+    with torch.no_grad():
+        code = model.patch_positions.clone()
+        model.patch_positions.zero_()
+        without = model(x.pixel_values, x.input_ids, x.attention_mask)
+        model.patch_positions.copy_(code)
+    assert (out.action_logits - without.action_logits).abs().max() > 1e-4
+    out.action_logits.logsumexp(-1).sum().backward()
+    assert model.patch_positions.grad.abs().sum() > 0
+    model.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    loaded, _ = load_pretrained(tmp_path)
+    assert loaded.config.patch_positions == "sincos"
+    torch.testing.assert_close(loaded.patch_positions, model.patch_positions, atol=0, rtol=0)
+    assert tiny("tiny-openvla-oft", seed=0)[0].patch_positions is None  # the official model has none
+    with pytest.raises(ConfigMismatchError, match="patch_positions"):
+        build_config("tiny-openvla-oft", patch_positions="learned")
+
+
+def test_sincos_patch_code_tells_every_place_apart_and_reads_out_linearly():
+    from vla_trainer.models.vision import sincos_patch_code
+
+    code = sincos_patch_code(8, 64, 1.0).double()  # [64 patches, 64]
+    dist = torch.cdist(code, code)
+    assert dist[~torch.eye(64, dtype=torch.bool)].min() > 0.5  # no two places share a code
+    assert dist[0, 1] < dist[0, 3] and dist[0, 8] < dist[0, 24]  # neighbours are nearer than far places
+    place = torch.stack([torch.arange(64) // 8, torch.arange(64) % 8], 1).double()  # (row, col)
+    features = torch.cat([code, torch.ones(64, 1, dtype=torch.float64)], 1)
+    readout = torch.linalg.pinv(features) @ place
+    assert (features @ readout - place).abs().max() < 1e-6

@@ -275,6 +275,18 @@ def test_cli_slot_embeddings(tmp_path, capsys):
     assert rc == 2 and "OpenVLA-OFT presets" in capsys.readouterr().err
 
 
+def test_cli_patch_positions_shape_a_new_model_only(tmp_path, capsys):
+    demos = write_demos(tmp_path / "cli_demos", episodes=1, steps=4)
+    out = tmp_path / "coded"
+    common = ["sft", "--demos", str(demos), "--steps", "1", "--batch-size", "4"]
+    assert cli_main(common + ["--out", str(out), "--patch-positions", "sincos"]) == 0
+    model, _ = load_pretrained(out)
+    assert model.config.patch_positions == "sincos" and model.patch_positions is not None
+    capsys.readouterr()
+    assert cli_main(common + ["--out", str(tmp_path / "x"), "--init-from", str(out), "--patch-positions", "none"]) == 2
+    assert "--patch-positions shapes a new model" in capsys.readouterr().err
+
+
 def test_cli_init_from_continues_where_the_checkpoint_left_off(tmp_path, capsys):
     demos = write_demos(tmp_path / "cli_demos", episodes=1, steps=4)
     first, second = tmp_path / "first", tmp_path / "second"

@@ -75,11 +75,13 @@ def training_policy(args: argparse.Namespace):
         return problem
     if args.preset not in PRESETS:
         return f"unknown preset {args.preset!r}; available: {sorted(PRESETS)}"
-    overrides = {"slot_embeddings": args.slot_embeddings} if args.slot_embeddings else {}
-    if overrides and not args.preset.endswith("-oft"):
+    overrides = {k: getattr(args, k) for k in ("slot_embeddings", "patch_positions") if getattr(args, k)}
+    if "slot_embeddings" in overrides and not args.preset.endswith("-oft"):
         return f"--slot-embeddings applies to OpenVLA-OFT presets; {args.preset!r} decodes token by token"
     if args.init_from is not None and overrides:
-        return "--slot-embeddings shapes a new model; with --init-from the checkpoint's model is used as is"
+        flags = " and ".join("--" + k.replace("_", "-") for k in overrides)
+        verb = "shapes" if len(overrides) == 1 else "shape"
+        return f"{flags} {verb} a new model; with --init-from the checkpoint's model is used as is"
     try:
         if args.init_from is not None:
             model, tokenizer = load_init_checkpoint(args.init_from)
@@ -252,6 +254,9 @@ def build_parser() -> argparse.ArgumentParser:
         a.add_argument("--slot-embeddings", choices=("zeros", "learned"), default=None,
                        help="OFT presets: inputs of the action slots (default: the preset's, zeros as the "
                             "official OFT; learned: one trained vector per slot, for training from scratch)")
+        a.add_argument("--patch-positions", choices=("none", "sincos"), default=None,
+                       help="add a trained code of each patch's place, started as 2-D sine-cosine, to the "
+                            "projected patches (default: the preset's, none as the official model)")
         a.add_argument("--init-from", type=Path, default=None,
                        help="continue from this checkpoint folder (an earlier --out) instead of a new model "
                             "of --preset")
