@@ -4,8 +4,9 @@
 #      assets, low-poly Panda, the camera cropped to the workspace, 64 px), with the expert's
 #      privileged poses; the expert moves at most VLA_EXPERT_MAX_SPEED (1.0) of the controller's
 #      10 cm per step and axis                                                 -> DIR/demos
-#   2. vision pretraining of a new tiny OpenVLA-OFT (learned slot embeddings): VLA_VISION_STEPS (400)
-#      steps of 64 frames, lr 3e-4; the towers learn to locate the TCP, object and plate -> DIR/vision
+#   2. vision pretraining of a new tiny OpenVLA-OFT (learned slot embeddings; VLA_PATCH_POSITIONS
+#      (none) or sincos, a place code on the projected patches): VLA_VISION_STEPS (400) steps of 64
+#      frames, lr 3e-4; the towers learn to locate the TCP, object and plate -> DIR/vision
 #   3. SFT of the whole policy from it: VLA_SFT_STEPS (700) steps of 32, lr 5e-4, 50 warm-up steps,
 #      cosine; VLA_SCENE_LOSS_WEIGHT (0: off) co-trains grounding (the scene poses regressed
 #      from the action slots)                                                   -> DIR/sft_0
@@ -27,6 +28,7 @@ EPISODES="${VLA_DEMO_EPISODES:-900}"
 DEMO_SEED=300
 EXPERT_MAX_SPEED="${VLA_EXPERT_MAX_SPEED:-1.0}"
 VISION_STEPS="${VLA_VISION_STEPS:-400}"
+PATCH_POSITIONS="${VLA_PATCH_POSITIONS:-none}"
 STEPS0="${VLA_SFT_STEPS:-700}"
 SCENE_WEIGHT="${VLA_SCENE_LOSS_WEIGHT:-0}"
 STAGES="${VLA_SFT_STAGES:-0}"
@@ -43,7 +45,7 @@ fi
 if [ ! -f "$DIR/vision/config.json" ]; then
   echo "== vision pretraining of a new model -> $DIR/vision"
   .venv/bin/vla-train pretrain-vision --demos "$DIR/demos" --preset tiny-openvla-oft --slot-embeddings learned \
-    --steps "$VISION_STEPS" --batch-size 64 --lr 3e-4 --eval-every 100 --out "$DIR/vision" --seed 0
+    --patch-positions "$PATCH_POSITIONS" --steps "$VISION_STEPS" --batch-size 64 --lr 3e-4 --eval-every 100 --out "$DIR/vision" --seed 0
 fi
 if [ ! -f "$DIR/sft_0/config.json" ]; then
   echo "== SFT from the pretrained vision -> $DIR/sft_0"
@@ -86,7 +88,8 @@ made_by = {
               "env_kwargs": json.loads(env_kwargs)},
     "vision_pretraining": {
         "settings": {"init": "random (preset tiny-openvla-oft, learned slot embeddings)", "batch_size": 64,
-                     "lr": 3e-4, "seed": 0},
+                     "lr": 3e-4, "seed": 0,
+                     "patch_positions": json.load(open(f"{run}/vision/config.json")).get("patch_positions", "none")},
         **{k: vision[k] for k in ("steps", "targets", "num_frames", "num_val_frames", "val_before", "val_after",
                                   "val_of_mean")}},
     "stages": [{"settings": settings(i), **{k: v for k, v in json.load(open(f"{run}/sft_{i}/sft_metrics.json")).items()
