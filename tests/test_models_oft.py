@@ -131,6 +131,31 @@ def test_patch_position_code_is_added_to_the_patches_and_trains(tmp_path):
         build_config("tiny-openvla-oft", patch_positions="learned")
 
 
+def test_a_model_without_a_place_code_gets_the_new_models_code_and_keeps_its_weights(tmp_path):
+    import pytest
+
+    from vla_trainer.models import ConfigMismatchError, load_pretrained
+
+    model, tok = tiny("tiny-openvla-oft", seed=0)
+    coded, _ = tiny("tiny-openvla-oft", seed=0, patch_positions="sincos")
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    x = policy_for(model, tok).prepare(make_obs(2, seed=0))
+    plain = model(x.pixel_values, x.input_ids, x.attention_mask).action_logits
+    model.add_patch_positions()
+    assert model.config.patch_positions == "sincos"
+    torch.testing.assert_close(model.patch_positions.detach(), coded.patch_positions.detach(), atol=0, rtol=0)
+    assert any(p is model.patch_positions for p in model.parameters())  # an optimizer built now trains it
+    for k, v in before.items():
+        torch.testing.assert_close(model.state_dict()[k], v, atol=0, rtol=0)
+    assert (model(x.pixel_values, x.input_ids, x.attention_mask).action_logits - plain).abs().max() > 1e-4
+    with pytest.raises(ConfigMismatchError, match="patch_positions"):
+        model.add_patch_positions()
+    model.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    loaded, _ = load_pretrained(tmp_path)
+    torch.testing.assert_close(loaded.patch_positions, model.patch_positions, atol=0, rtol=0)
+
+
 def test_sincos_patch_code_tells_every_place_apart_and_reads_out_linearly():
     from vla_trainer.models.vision import sincos_patch_code
 

@@ -275,16 +275,26 @@ def test_cli_slot_embeddings(tmp_path, capsys):
     assert rc == 2 and "OpenVLA-OFT presets" in capsys.readouterr().err
 
 
-def test_cli_patch_positions_shape_a_new_model_only(tmp_path, capsys):
+def test_cli_patch_positions_on_a_new_model_or_added_to_a_checkpoint_without_one(tmp_path, capsys):
     demos = write_demos(tmp_path / "cli_demos", episodes=1, steps=4)
-    out = tmp_path / "coded"
+    coded, plain, added = tmp_path / "coded", tmp_path / "plain", tmp_path / "added"
     common = ["sft", "--demos", str(demos), "--steps", "1", "--batch-size", "4"]
-    assert cli_main(common + ["--out", str(out), "--patch-positions", "sincos"]) == 0
-    model, _ = load_pretrained(out)
+    assert cli_main(common + ["--out", str(coded), "--patch-positions", "sincos"]) == 0
+    model, _ = load_pretrained(coded)
     assert model.config.patch_positions == "sincos" and model.patch_positions is not None
+    assert cli_main(common + ["--out", str(plain)]) == 0
+    assert load_pretrained(plain)[0].patch_positions is None
+    assert cli_main(common + ["--out", str(added), "--init-from", str(plain), "--patch-positions", "sincos"]) == 0
+    model, _ = load_pretrained(added)
+    assert model.config.patch_positions == "sincos"
+    # trained one step from the new model's code
+    assert 0 < (model.patch_positions - model.new_patch_code()).abs().max() < 0.05
     capsys.readouterr()
-    assert cli_main(common + ["--out", str(tmp_path / "x"), "--init-from", str(out), "--patch-positions", "none"]) == 2
-    assert "--patch-positions shapes a new model" in capsys.readouterr().err
+    assert cli_main(common + ["--out", str(tmp_path / "x"), "--init-from", str(coded), "--patch-positions", "none"]) == 2
+    assert "has a trained place code" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+    assert cli_main(common + ["--out", str(tmp_path / "y"), "--init-from", str(coded), "--slot-embeddings", "learned"]) == 2
+    assert "--slot-embeddings shapes a new model" in capsys.readouterr().err
 
 
 def test_cli_init_from_continues_where_the_checkpoint_left_off(tmp_path, capsys):

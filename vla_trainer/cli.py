@@ -78,13 +78,16 @@ def training_policy(args: argparse.Namespace):
     overrides = {k: getattr(args, k) for k in ("slot_embeddings", "patch_positions") if getattr(args, k)}
     if "slot_embeddings" in overrides and not args.preset.endswith("-oft"):
         return f"--slot-embeddings applies to OpenVLA-OFT presets; {args.preset!r} decodes token by token"
-    if args.init_from is not None and overrides:
-        flags = " and ".join("--" + k.replace("_", "-") for k in overrides)
-        verb = "shapes" if len(overrides) == 1 else "shape"
-        return f"{flags} {verb} a new model; with --init-from the checkpoint's model is used as is"
+    if args.init_from is not None and "slot_embeddings" in overrides:
+        return "--slot-embeddings shapes a new model; with --init-from the checkpoint's slot inputs are used as is"
     try:
         if args.init_from is not None:
             model, tokenizer = load_init_checkpoint(args.init_from)
+            if args.patch_positions is not None and args.patch_positions != model.config.patch_positions:
+                if args.patch_positions == "none":
+                    return (f"--patch-positions none: {args.init_from} has a trained place code (sincos), "
+                            "which a continuation keeps; leave the flag out")
+                model.add_patch_positions()  # a checkpoint without a code gets a new one to learn
         else:
             model, tokenizer = build_model(args.preset, seed=args.seed, **overrides)
     except (VLAModelError, FileNotFoundError, OSError) as e:
@@ -256,7 +259,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "official OFT; learned: one trained vector per slot, for training from scratch)")
         a.add_argument("--patch-positions", choices=("none", "sincos"), default=None,
                        help="add a trained code of each patch's place, started as 2-D sine-cosine, to the "
-                            "projected patches (default: the preset's, none as the official model)")
+                            "projected patches (default: the preset's, none as the official model); with "
+                            "--init-from, sincos adds the code to a checkpoint that has none")
         a.add_argument("--init-from", type=Path, default=None,
                        help="continue from this checkpoint folder (an earlier --out) instead of a new model "
                             "of --preset")

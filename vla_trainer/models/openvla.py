@@ -23,7 +23,7 @@ from transformers.utils import ModelOutput
 
 from .action_tokenizer import ActionTokenizer
 from .config import OpenVLAConfig, check_autoregressive
-from .errors import InvalidInputError
+from .errors import ConfigMismatchError, InvalidInputError
 from .masks import attention_bias, decode_step_bias, position_ids_from_mask
 from .sampling import check_sampling_args, log_prob_and_entropy, processed_logits, sample_indices
 from .value_head import ValueHead
@@ -82,11 +82,7 @@ class OpenVLAForActionPrediction(PreTrainedModel):
         self.check_config(config)
         self.vision_backbone = FusedVisionBackbone(config)
         self.projector = FusedProjector(self.vision_backbone.embed_dim, config.text_config.hidden_size)
-        self.patch_positions = None
-        if config.patch_positions == "sincos":
-            grid = config.image_size // config.vision_config.patch_size
-            # amplitude near the projector's output scale, so neither drowns the other at the start
-            self.patch_positions = nn.Parameter(sincos_patch_code(grid, config.text_config.hidden_size, 0.25))
+        self.patch_positions = nn.Parameter(self.new_patch_code()) if config.patch_positions == "sincos" else None
         self.language_model = LlamaForCausalLM(config.text_config)
         self.value_head = (
             ValueHead(config.text_config.hidden_size, config.value_hidden_sizes, config.num_value_outputs)
@@ -100,6 +96,24 @@ class OpenVLAForActionPrediction(PreTrainedModel):
     def check_config(config: OpenVLAConfig) -> None:
         """Raises ConfigMismatchError (naming the field) if ``config`` does not fit this class."""
         check_autoregressive(config)
+
+    def new_patch_code(self) -> torch.Tensor:
+        """The place code a model with ``patch_positions="sincos"`` starts from: ``[P, D]``."""
+        grid = self.config.image_size // self.config.vision_config.patch_size
+        # amplitude near the projector's output scale, so neither drowns the other at the start
+        return sincos_patch_code(grid, self.config.text_config.hidden_size, 0.25)
+
+    def add_patch_positions(self) -> None:
+        """Gives a model built without a place code (the official checkpoints have none) the code a
+        new ``patch_positions="sincos"`` model starts from, to be learned in fine-tuning; every other
+        weight is kept. Raises ConfigMismatchError if the model has a code already."""
+        if self.patch_positions is not None:
+            raise ConfigMismatchError(
+                "patch_positions: the model has a place code already (sincos); nothing to add"
+            )
+        like = self.projector.fc3.weight
+        self.patch_positions = nn.Parameter(self.new_patch_code().to(device=like.device, dtype=like.dtype))
+        self.config.patch_positions = "sincos"
 
     # --- Hugging Face plumbing ------------------------------------------------------------
     def get_input_embeddings(self) -> nn.Module:
