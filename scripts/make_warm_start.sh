@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
-# The supervised warm start for the main job, made from scratch on this CPU (about 40 min on 2 cores):
+# The supervised warm start for the main job, made from scratch on this CPU (about 70 min on 2 cores):
 #   1. VLA_DEMO_EPISODES (900) scripted-expert episodes on PutOnPlateInScene25Main-v3 (procedural
 #      assets, low-poly Panda, the camera cropped to the workspace, 64 px), with the expert's
 #      privileged poses; the expert moves at most VLA_EXPERT_MAX_SPEED (1.0) of the controller's
 #      10 cm per step and axis                                                 -> DIR/demos
-#   2. vision pretraining of a new tiny OpenVLA-OFT (learned slot embeddings; VLA_PATCH_POSITIONS
-#      (none) or sincos, a place code on the projected patches): VLA_VISION_STEPS (400) steps of 64
-#      frames, lr 3e-4; the towers learn to locate the TCP, object and plate -> DIR/vision
+#   2. vision pretraining of a new tiny OpenVLA-OFT (learned slot embeddings): VLA_VISION_STEPS (400)
+#      steps of 64 frames, lr 3e-4; the towers learn to locate the TCP, object and plate -> DIR/vision
 #   3. SFT of the whole policy from it: VLA_SFT_STEPS (700) steps of 32, lr 5e-4, 50 warm-up steps,
-#      cosine; VLA_SCENE_LOSS_WEIGHT (0: off) co-trains grounding (the scene poses regressed
+#      cosine. VLA_PATCH_POSITIONS (sincos; none: off) adds a trained place code to the projected
+#      patches; VLA_SCENE_LOSS_WEIGHT (1; 0: off) co-trains grounding (the scene poses regressed
 #      from the action slots)                                                   -> DIR/sft_0
-#   4. VLA_SFT_STAGES (0) continuation stages of VLA_SFT_STAGE_STEPS (600) steps of 32 at lr 5e-4,
-#      each --init-from the previous one                                        -> DIR/sft_1 ...
+#   4. VLA_SFT_STAGES (1) continuation stages of VLA_SFT_STAGE_STEPS (1000) steps of 32 at lr 3e-4,
+#      20 warm-up steps, cosine, each --init-from the previous one, with the same scene-loss weight
+#                                                                               -> DIR/sft_1 ...
 # DIR/sft is the last stage. A stage whose output exists is skipped, so an interrupted run continues.
 #
 #   bash scripts/make_warm_start.sh [DIR]             DIR defaults to runs/warm_start
@@ -28,11 +29,11 @@ EPISODES="${VLA_DEMO_EPISODES:-900}"
 DEMO_SEED=300
 EXPERT_MAX_SPEED="${VLA_EXPERT_MAX_SPEED:-1.0}"
 VISION_STEPS="${VLA_VISION_STEPS:-400}"
-PATCH_POSITIONS="${VLA_PATCH_POSITIONS:-none}"
+PATCH_POSITIONS="${VLA_PATCH_POSITIONS:-sincos}"
 STEPS0="${VLA_SFT_STEPS:-700}"
-SCENE_WEIGHT="${VLA_SCENE_LOSS_WEIGHT:-0}"
-STAGES="${VLA_SFT_STAGES:-0}"
-STAGE_STEPS="${VLA_SFT_STAGE_STEPS:-600}"
+SCENE_WEIGHT="${VLA_SCENE_LOSS_WEIGHT:-1}"
+STAGES="${VLA_SFT_STAGES:-1}"
+STAGE_STEPS="${VLA_SFT_STAGE_STEPS:-1000}"
 mkdir -p "$DIR"
 
 if [ ! -f "$DIR/demos/index.json" ]; then
@@ -45,11 +46,11 @@ fi
 if [ ! -f "$DIR/vision/config.json" ]; then
   echo "== vision pretraining of a new model -> $DIR/vision"
   .venv/bin/vla-train pretrain-vision --demos "$DIR/demos" --preset tiny-openvla-oft --slot-embeddings learned \
-    --patch-positions "$PATCH_POSITIONS" --steps "$VISION_STEPS" --batch-size 64 --lr 3e-4 --eval-every 100 --out "$DIR/vision" --seed 0
+    --steps "$VISION_STEPS" --batch-size 64 --lr 3e-4 --eval-every 100 --out "$DIR/vision" --seed 0
 fi
 if [ ! -f "$DIR/sft_0/config.json" ]; then
   echo "== SFT from the pretrained vision -> $DIR/sft_0"
-  .venv/bin/vla-train sft --demos "$DIR/demos" --init-from "$DIR/vision" \
+  .venv/bin/vla-train sft --demos "$DIR/demos" --init-from "$DIR/vision" --patch-positions "$PATCH_POSITIONS" \
     --steps "$STEPS0" --batch-size 32 --lr 5e-4 --warmup-steps 50 --lr-schedule cosine \
     --eval-every 100 --out "$DIR/sft_0" --seed 0 --log-every 50 --scene-loss-weight "$SCENE_WEIGHT"
 fi
@@ -57,8 +58,8 @@ for stage in $(seq 1 "$STAGES"); do
   if [ ! -f "$DIR/sft_$stage/config.json" ]; then
     echo "== SFT stage $stage of $STAGES, from sft_$((stage - 1)) -> $DIR/sft_$stage"
     .venv/bin/vla-train sft --demos "$DIR/demos" --init-from "$DIR/sft_$((stage - 1))" --steps "$STAGE_STEPS" \
-      --batch-size 32 --lr 5e-4 --warmup-steps 20 --eval-every 200 --out "$DIR/sft_$stage" \
-      --seed "$stage" --log-every 100
+      --batch-size 32 --lr 3e-4 --warmup-steps 20 --lr-schedule cosine --eval-every 250 --out "$DIR/sft_$stage" \
+      --seed "$stage" --log-every 100 --scene-loss-weight "$SCENE_WEIGHT"
   fi
 done
 rm -rf "$DIR/sft" && cp -r "$DIR/sft_$STAGES" "$DIR/sft"
@@ -75,9 +76,10 @@ keep = ("initial_loss", "final_loss", "final_token_accuracy", "final_action_l1",
 def settings(stage):
     if stage == 0:
         return {"init": "vision pretraining", "batch_size": 32, "lr": 5e-4, "warmup_steps": 50,
-                "lr_schedule": "cosine", "seed": 0}
-    return {"init": f"stage {stage - 1}", "batch_size": 32, "lr": 5e-4, "warmup_steps": 20,
-            "lr_schedule": "constant", "seed": stage}
+                "lr_schedule": "cosine", "seed": 0,
+                "patch_positions": json.load(open(f"{run}/sft_0/config.json")).get("patch_positions", "none")}
+    return {"init": f"stage {stage - 1}", "batch_size": 32, "lr": 3e-4, "warmup_steps": 20,
+            "lr_schedule": "cosine", "seed": stage}
 index = json.load(open(f"{run}/demos/index.json"))
 vision = json.load(open(f"{run}/vision/vision_metrics.json"))
 made_by = {
@@ -88,8 +90,7 @@ made_by = {
               "env_kwargs": json.loads(env_kwargs)},
     "vision_pretraining": {
         "settings": {"init": "random (preset tiny-openvla-oft, learned slot embeddings)", "batch_size": 64,
-                     "lr": 3e-4, "seed": 0,
-                     "patch_positions": json.load(open(f"{run}/vision/config.json")).get("patch_positions", "none")},
+                     "lr": 3e-4, "seed": 0},
         **{k: vision[k] for k in ("steps", "targets", "num_frames", "num_val_frames", "val_before", "val_after",
                                   "val_of_mean")}},
     "stages": [{"settings": settings(i), **{k: v for k, v in json.load(open(f"{run}/sft_{i}/sft_metrics.json")).items()

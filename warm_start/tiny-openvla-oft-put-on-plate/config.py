@@ -16,6 +16,7 @@ from .errors import ConfigMismatchError
 
 OPENVLA_PROMPT = "In: What action should the robot take to {instruction}?\nOut: "
 VALUE_TYPES = ("chunk_level", "action_level")
+PATCH_POSITIONS = ("none", "sincos")
 
 # The official OpenVLA-7B architecture ("dinosiglip-vit-so-224px" + "llama2-7b-pure").
 DINOV2_LARGE_REG4_224 = dict(
@@ -82,6 +83,12 @@ class OpenVLAConfig(PreTrainedConfig):
     * ``norm_stats``: ``{unnorm_key: {"action": {"q01", "q99", "mask"}}}``.
     * ``value_type``: None (no value head), ``"chunk_level"`` (one value) or
       ``"action_level"`` (``chunk_size`` values); ``value_hidden_sizes``: its MLP widths.
+    * ``patch_positions``: ``"none"`` (the official model) or ``"sincos"``: a trained code per
+      patch, started as 2-D sine-cosine of its grid place, added to the projected patches. The
+      language model's rotary positions shape only which tokens attend to which; what a slot
+      reads from a patch is its features, and a small vision tower trained from scratch keeps
+      little of where its patch sits. With the code, attending to the object's patch also reads
+      where it is.
     """
 
     model_type = "vla_openvla"
@@ -112,6 +119,7 @@ class OpenVLAConfig(PreTrainedConfig):
     norm_stats: dict | None = None
     value_type: str | None = None
     value_hidden_sizes: list | None = None
+    patch_positions: str = "none"
     initializer_range: float = 0.02
     tie_word_embeddings: bool = False
 
@@ -194,6 +202,8 @@ class OpenVLAConfig(PreTrainedConfig):
             fail("chunk_size", f"must be >= 1, got {self.chunk_size}")
         if self.value_type not in (None, *VALUE_TYPES):
             fail("value_type", f"must be None or one of {VALUE_TYPES}, got {self.value_type!r}")
+        if self.patch_positions not in PATCH_POSITIONS:
+            fail("patch_positions", f"must be one of {PATCH_POSITIONS}, got {self.patch_positions!r}")
         if "{instruction}" not in self.prompt_template:
             fail("prompt_template", "must contain '{instruction}'")
 

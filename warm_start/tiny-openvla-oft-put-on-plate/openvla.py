@@ -27,7 +27,7 @@ from .errors import InvalidInputError
 from .masks import attention_bias, decode_step_bias, position_ids_from_mask
 from .sampling import check_sampling_args, log_prob_and_entropy, processed_logits, sample_indices
 from .value_head import ValueHead
-from .vision import FusedProjector, FusedVisionBackbone
+from .vision import FusedProjector, FusedVisionBackbone, sincos_patch_code
 
 
 @dataclass
@@ -82,6 +82,11 @@ class OpenVLAForActionPrediction(PreTrainedModel):
         self.check_config(config)
         self.vision_backbone = FusedVisionBackbone(config)
         self.projector = FusedProjector(self.vision_backbone.embed_dim, config.text_config.hidden_size)
+        self.patch_positions = None
+        if config.patch_positions == "sincos":
+            grid = config.image_size // config.vision_config.patch_size
+            # amplitude near the projector's output scale, so neither drowns the other at the start
+            self.patch_positions = nn.Parameter(sincos_patch_code(grid, config.text_config.hidden_size, 0.25))
         self.language_model = LlamaForCausalLM(config.text_config)
         self.value_head = (
             ValueHead(config.text_config.hidden_size, config.value_hidden_sizes, config.num_value_outputs)
@@ -138,6 +143,8 @@ class OpenVLAForActionPrediction(PreTrainedModel):
             )
         embed = self.get_input_embeddings()
         patches = self.projector(self.vision_backbone(pixel_values))
+        if self.patch_positions is not None:
+            patches = patches + self.patch_positions
         bos = embed(torch.full((n, 1), self.config.bos_token_id, dtype=torch.long, device=input_ids.device))
         embeds = torch.cat([bos, patches.to(bos.dtype), embed(input_ids)], dim=1)
         valid = torch.cat(

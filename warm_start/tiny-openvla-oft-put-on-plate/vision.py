@@ -109,3 +109,21 @@ class FusedProjector(nn.Module):
     def forward(self, patches: torch.Tensor) -> torch.Tensor:
         """Shapes: ``[N, P, D_v]`` -> ``[N, P, D_llm]``."""
         return self.fc3(self.act(self.fc2(self.act(self.fc1(patches)))))
+
+
+def sincos_patch_code(grid: int, dim: int, amplitude: float) -> torch.Tensor:
+    """2-D sine-cosine codes of a ``grid x grid`` patch grid, row-major like the patches.
+
+    Half the channels code the row, half the column, each as sines and cosines at geometric
+    frequencies from half a cycle across the grid (monotonic in the place) to a quarter cycle per
+    patch. Shapes: returns ``[grid * grid, dim]``.
+    """
+    if dim % 4:
+        raise ValueError(f"the patch code needs a width divisible by 4, got {dim}")
+    steps = torch.arange(dim // 4) / max(dim // 4 - 1, 1)
+    freqs = torch.pi / grid * (grid / 2) ** steps  # radians per patch
+    place = torch.arange(grid, dtype=torch.float32)[:, None] * freqs  # [grid, dim / 4]
+    axis = torch.cat([place.sin(), place.cos()], dim=1)  # [grid, dim / 2]
+    rows = axis[:, None, :].expand(grid, grid, -1)
+    cols = axis[None, :, :].expand(grid, grid, -1)
+    return amplitude * torch.cat([rows, cols], dim=2).reshape(grid * grid, dim)
