@@ -114,6 +114,17 @@ def test_dense_reward_telescopes_and_needs_a_grasp():
     assert pushed.item() == 0.0
 
 
+def test_shaping_potential_pays_the_reach_then_the_place():
+    near, far = rewards.closeness(torch.tensor([0.0])).item(), rewards.closeness(torch.tensor([0.2])).item()
+    assert near == 1.0 and far == pytest.approx(1 - np.tanh(1.0))
+    d_tcp, d_plate = torch.tensor([0.2, 0.0, 0.2, 0.2]), torch.tensor([0.3, 0.3, 0.0, 0.2])
+    grasped = torch.tensor([False, False, True, True])
+    phi = rewards.shaping_potential(d_tcp, d_plate, grasped, weight=0.1)
+    # not grasped: reach only; grasped: reach saturated at 1 plus the place term
+    assert phi.tolist() == pytest.approx([0.1 * far, 0.1, 0.1 * (1 + 1), 0.1 * (1 + far)])
+    assert rewards.shaping_potential(d_tcp, d_plate, grasped, weight=0.0).abs().sum() == 0
+
+
 def test_green_screen_keeps_foreground_and_replaces_the_rest():
     pytest.importorskip("mani_skill")
     from vla_envs.tasks.put_on_plate.env import composite
@@ -410,6 +421,47 @@ def test_lower_sim_freq_takes_fewer_sub_steps_and_the_expert_still_solves(asset_
         env.close()
 
 
+@pytest.mark.slow
+@pytest.mark.maniskill
+def test_reward_shaping_pays_the_expert_its_progress_and_telescopes(asset_root, monkeypatch):
+    import gymnasium as gym
+
+    monkeypatch.setenv("VLA_ENVS_ASSET_DIR", str(asset_root))
+    env = gym.make("PutOnPlateInScene25Main-v3", num_envs=1, image_size=64, low_poly=True, sim_freq=100,
+                   vectorization="serial", time_limit=80, reward_shaping=0.1, auto_reset=False)
+    try:
+        from vla_envs.tasks.put_on_plate.expert import ScriptedExpert
+
+        env.reset(seed=1)
+        task = env.backend.envs[0]._env.unwrapped
+        first = float(task.score[0])
+        assert 0 < first < 0.1  # the gripper starts away from the object
+        expert, rewards_seen, success = ScriptedExpert(1), [], False
+        for _ in range(80):
+            _, reward, terminated, truncated, info = env.step(expert.act([env.backend.call(0, "expert_state")]))
+            rewards_seen.append(float(reward[0]))
+            success |= bool(info["success"][0])
+            if terminated[0] or truncated[0]:
+                break
+        assert success
+        # the first step pays its own progress, not the starting potential; the sum telescopes
+        assert 0 < rewards_seen[0] < first
+        assert sum(rewards_seen) == pytest.approx(float(task.score[0]) - first, abs=1e-5)
+        assert sum(rewards_seen) > rewards.MAX_STAGED_SCORE  # grasp, hold, success, and the shaping
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("bad", [-0.1, True, "0.1", float("nan")])
+def test_reward_shaping_must_be_a_non_negative_number(bad):
+    import gymnasium as gym
+
+    import vla_envs  # noqa: F401
+
+    with pytest.raises(ValueError, match=r"reward_shaping=.*must be a number >= 0"):
+        gym.make("PutOnPlateInScene25Main-v3", num_envs=1, reward_shaping=bad)
+
+
 @pytest.mark.parametrize("bad", [0, 7, 100.0, True, -5])
 def test_sim_freq_must_be_a_multiple_of_the_control_frequency(bad):
     import gymnasium as gym
@@ -517,6 +569,9 @@ def test_vla_eval_reports_success_and_the_env_kwargs(asset_root, tmp_path, monke
     row = report["rows"][0]
     assert row["env_id"] == "PutOnPlateInScene25Main-v3" and row["asset_pack"] == "procedural"
     assert 0.0 <= row["success_at_end"] <= row["success_once"] <= 1.0
+    low, high = row["success_once_ci95"]
+    assert low <= row["success_once"] <= high and high - low > 0.5  # one episode says little
+    assert f"(95 % CI {low:.3f}-{high:.3f})" in (tmp_path / "eval" / "eval.md").read_text()
     assert vla_eval(["--checkpoint", str(tmp_path / "model"), "--num-envs", "1", "--num-episodes", "1",
                      "--vectorization", "serial",
                      "--env-kwargs", json.dumps({**kwargs, "camera_crop": [0, 0, 900, 10]})]) == 2

@@ -44,7 +44,7 @@ def resolve_model_dir(path: Path) -> Path:
 
 def evaluate_tasks(policy, tasks: list[str], args, asset_meta: dict) -> list[dict]:
     from vla_trainer.config.schema import EnvSplitConfig
-    from vla_trainer.evaluation import evaluate_policy
+    from vla_trainer.evaluation import evaluate_policy, wilson_interval
     from vla_trainer.build import make_env
     from vla_envs.wrappers import RecordVideo
 
@@ -60,9 +60,11 @@ def evaluate_tasks(policy, tasks: list[str], args, asset_meta: dict) -> list[dic
                                   temperature=args.temperature, top_k=args.top_k or None)
         finally:
             run_env.close()
-        rows.append({"env_id": task, **res, "asset_pack": getattr(env, "asset_pack", None)})
-        print(f"{task}: success_once {res['success_once']:.3f}  success_at_end {res['success_at_end']:.3f}  "
-              f"({res['num_episodes']} episodes)", flush=True)
+        n = res["num_episodes"]
+        ci = wilson_interval(round(res["success_once"] * n), n)
+        rows.append({"env_id": task, **res, "success_once_ci95": list(ci), "asset_pack": getattr(env, "asset_pack", None)})
+        print(f"{task}: success_once {res['success_once']:.3f} (95 % CI {ci[0]:.3f}-{ci[1]:.3f})  "
+              f"success_at_end {res['success_at_end']:.3f}  ({n} episodes)", flush=True)
     return rows
 
 

@@ -16,6 +16,18 @@ import torch
 from vla_envs.core.vector_env import EPISODE_METRICS
 
 
+def wilson_interval(successes: int, trials: int, z: float = 1.96) -> tuple[float, float]:
+    """Wilson score interval of a success rate (95 % at z = 1.96): unlike the normal
+    approximation it stays inside [0, 1] and is not empty at 0 or n successes, which is where
+    small evaluations of robot policies usually are (0 of 32 still allows about 11 %)."""
+    if trials < 1 or not 0 <= successes <= trials:
+        raise ValueError(f"successes={successes}, trials={trials}: need 0 <= successes <= trials, trials >= 1")
+    p, z2 = successes / trials, z * z
+    centre = (p + z2 / (2 * trials)) / (1 + z2 / trials)
+    half = z * np.sqrt(p * (1 - p) / trials + z2 / (4 * trials * trials)) / (1 + z2 / trials)
+    return max(0.0, float(centre - half)), min(1.0, float(centre + half))
+
+
 def round_seed(seed: int, round_index: int) -> int:
     """The reset seed of evaluation round ``round_index``; disjoint from training's seeds."""
     return int(np.random.SeedSequence([seed, 1_000_003, round_index]).generate_state(1)[0])

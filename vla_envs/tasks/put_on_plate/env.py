@@ -8,7 +8,8 @@ lowers it for training).
 the split's objects), the plate, the table-photo overlay composited behind robot and objects,
 the (object, plate) pair of grid positions (784), the object's yaw (4).
 
-**Success Conditions**: see ``rewards.object_on_plate``. Dense reward: ``rewards.dense_reward``.
+**Success Conditions**: see ``rewards.object_on_plate``. Dense reward: ``rewards.dense_reward``
+of the reference's staged score, plus ``rewards.shaping_potential`` when ``reward_shaping`` > 0.
 
 The scene is a table whose top is at z = 0.87 m (the Bridge stage's height); every object and
 plate of the pack is built once and parked off-table, and each episode moves the selected
@@ -56,8 +57,9 @@ class PutOnPlateInScene25Env(BaseEnv):
     def __init__(self, *args: Any, pack: AssetPack, variant: str = "PutOnPlateInScene25Main-v3",
                  camera_file: str | Path | None = None, camera_hw: tuple[int, int] = (480, 640),
                  camera_crop: tuple[int, int, int, int] | None = None,
-                 robot_uids: str = "panda", sim_freq: int = 500, **kwargs: Any):
+                 robot_uids: str = "panda", sim_freq: int = 500, reward_shaping: float = 0.0, **kwargs: Any):
         self.pack = pack
+        self.reward_shaping = float(reward_shaping)
         self._requested_sim_freq = sim_freq  # ManiSkill keeps its own _sim_freq
         self.variant = get_variant(variant)
         self.split = self.variant.split()
@@ -144,6 +146,7 @@ class PutOnPlateInScene25Env(BaseEnv):
         self.ever_grasped = torch.zeros(n, dtype=torch.bool)
         self.ever_consecutive = torch.zeros(n, dtype=torch.bool)
         self.prev_score = torch.zeros(n)
+        self.score = torch.zeros(n)
         self.obj_bbox_world = torch.zeros(n, 3)
         self.plate_bbox_world = torch.zeros(n, 3)
 
@@ -218,7 +221,9 @@ class PutOnPlateInScene25Env(BaseEnv):
         self.grasp_streak[idx] = 0
         self.ever_grasped[idx] = False
         self.ever_consecutive[idx] = False
-        self.prev_score[idx] = 0.0
+        # the reset's own evaluate() sets it to the first state's score: with shaping, that is
+        # not 0, and the first step must pay only its own progress
+        self.prev_score[idx] = float("nan")
 
     def _choose_distractor(self, idx: torch.Tensor) -> None:
         """The distractor model (another object of the split, or the next plate) and its grid
@@ -301,6 +306,13 @@ class PutOnPlateInScene25Env(BaseEnv):
         self.ever_grasped |= grasped
         self.ever_consecutive |= self.grasp_streak >= rewards.CONSECUTIVE_GRASP_STEPS
         success = rewards.object_on_plate(op.cpu(), pp.cpu(), self.obj_bbox_world, self.plate_bbox_world, force)
+        self.score = rewards.staged_score(self.ever_grasped, self.ever_consecutive, success)
+        if self.reward_shaping:
+            tcp = self.agent.tcp.pose.p.cpu()
+            self.score = self.score + rewards.shaping_potential(
+                torch.linalg.norm(tcp - op.cpu(), dim=1), torch.linalg.norm((op - pp)[:, :2].cpu(), dim=1),
+                self.ever_grasped, self.reward_shaping)
+        self.prev_score = torch.where(self.prev_score.isnan(), self.score, self.prev_score)
         return {"success": success.to(self.device), "is_grasped": grasped.to(self.device),
                 "consecutive_grasp": self.ever_consecutive.to(self.device),
                 "contact_force": force.to(self.device)}
@@ -333,13 +345,12 @@ class PutOnPlateInScene25Env(BaseEnv):
                 obj.set_pose(Pose.create_from_pq(p=p, q=obj.pose.q))
 
     def compute_dense_reward(self, obs: Any, action: torch.Tensor, info: dict) -> torch.Tensor:
-        score = rewards.staged_score(self.ever_grasped, self.ever_consecutive, info["success"].cpu())
-        reward = rewards.dense_reward(score, self.prev_score)
-        self.prev_score = score
+        reward = rewards.dense_reward(self.score, self.prev_score)  # self.score: this step's evaluate()
+        self.prev_score = self.score
         return reward.to(self.device)
 
     def compute_normalized_dense_reward(self, obs: Any, action: torch.Tensor, info: dict) -> torch.Tensor:
-        return self.compute_dense_reward(obs, action, info) / 1.2
+        return self.compute_dense_reward(obs, action, info) / (rewards.MAX_STAGED_SCORE + 2 * self.reward_shaping)
 
     def _get_obs_extra(self, info: dict) -> dict:
         return {"tcp_pose": self.agent.tcp.pose.raw_pose}

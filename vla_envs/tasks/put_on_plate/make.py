@@ -20,6 +20,7 @@ def make_put_on_plate_vector_env(num_envs: int = 1, *, variant: str = "PutOnPlat
                                  camera_file: str | Path | None = None,
                                  image_size: int | tuple[int, int] = (480, 640),
                                  camera_crop: tuple[int, int, int, int] | None = None,
+                                 reward_shaping: float = 0.0,
                                  sim_backend: str = "auto", vectorization: str = "pool",
                                  asset_root: str | Path | None = None,
                                  **contract_kwargs: Any) -> ChunkVectorEnv:
@@ -44,6 +45,10 @@ def make_put_on_plate_vector_env(num_envs: int = 1, *, variant: str = "PutOnPlat
             only this region, resized to ``image_size`` (None: the whole view). Rendered as a
             pinhole camera of its own, so it costs nothing; apply the same crop to the real
             camera's frames.
+        reward_shaping: weight of a reach-and-place term added to the reference's dense reward
+            (``rewards.shaping_potential``, differenced like it): up to ``reward_shaping`` for
+            bringing the gripper to the object, as much again for bringing the object to the
+            plate. 0 (default): the reference's reward. Training only; success is unchanged.
         sim_backend, vectorization: as for every ManiSkill env.
         asset_root: where packs live (default ``$VLA_ENVS_ASSET_DIR``).
         **contract_kwargs: ``ChunkVectorEnv`` options.
@@ -59,6 +64,10 @@ def make_put_on_plate_vector_env(num_envs: int = 1, *, variant: str = "PutOnPlat
             or sim_freq % CONTROL_FREQ:
         raise ValueError(f"sim_freq={sim_freq!r}; must be a positive multiple of the {CONTROL_FREQ} Hz control "
                          f"frequency, e.g. {REFERENCE_SIM_FREQ} (the reference's) or 100")
+    if isinstance(reward_shaping, bool) or not isinstance(reward_shaping, (int, float)) \
+            or not 0 <= reward_shaping < float("inf"):
+        raise ValueError(f"reward_shaping={reward_shaping!r}; must be a number >= 0 (0: the reference's reward, "
+                         f"e.g. 0.1: up to 0.1 for the reach and 0.1 for the place)")
     spec = get_variant(variant)  # unknown variant: error listing the valid ones, before any work
     # bad camera file or crop: error naming the field, before any work
     load_camera_file(camera_file).check_crop(camera_crop)
@@ -74,7 +83,7 @@ def make_put_on_plate_vector_env(num_envs: int = 1, *, variant: str = "PutOnPlat
         register_module="vla_envs.tasks.put_on_plate.env",
         env_kwargs=dict(pack=pack, variant=variant, camera_file=camera_file,
                         camera_hw=image_hw, camera_crop=camera_crop, robot_uids="panda_lowpoly" if low_poly else "panda",
-                        sim_freq=sim_freq),
+                        sim_freq=sim_freq, reward_shaping=float(reward_shaping)),
         **contract_kwargs)
     env.asset_pack = pack.kind  # recorded by eval reports and checkpoints
     env.variant = spec

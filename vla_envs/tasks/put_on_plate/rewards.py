@@ -13,6 +13,8 @@ Z_GAP_MAX_M = 0.05
 MIN_CONTACT_FORCE_N = 0.03
 CONSECUTIVE_GRASP_STEPS = 5
 REWARD_GRASPED, REWARD_CONSECUTIVE, REWARD_SUCCESS = 0.1, 0.1, 1.0
+MAX_STAGED_SCORE = REWARD_GRASPED + REWARD_CONSECUTIVE + REWARD_SUCCESS
+CLOSENESS_SCALE_PER_M = 5.0
 
 
 def object_on_plate(obj_pos: torch.Tensor, plate_pos: torch.Tensor, obj_bbox: torch.Tensor,
@@ -47,6 +49,27 @@ def staged_score(ever_grasped: torch.Tensor, ever_consecutive: torch.Tensor,
     (only after a grasp: pushing the object onto the plate earns nothing)."""
     return (REWARD_GRASPED * ever_grasped.float() + REWARD_CONSECUTIVE * ever_consecutive.float()
             + REWARD_SUCCESS * (success & ever_grasped).float())
+
+
+def closeness(distance_m: torch.Tensor) -> torch.Tensor:
+    """1 at distance 0, falling towards 0 (0.75 at 5 cm, 0.24 at 25 cm), same shape as the input."""
+    return 1 - torch.tanh(CLOSENESS_SCALE_PER_M * distance_m)
+
+
+def shaping_potential(tcp_to_object_m: torch.Tensor, object_to_plate_xy_m: torch.Tensor,
+                      ever_grasped: torch.Tensor, weight: float) -> torch.Tensor:
+    """Reach-and-place shaping added to ``staged_score``, float ``[B]``:
+    ``weight * (reach + place)``, reach = closeness of the TCP to the object until the first
+    grasp and 1 after it, place = closeness of the object to the plate in xy once grasped.
+
+    Differenced like the staged score, it pays for every step that brings the gripper nearer
+    the object (then the object nearer the plate) and takes it back for every step away, so
+    an episode's shaping return is only the final potential minus the first: it cannot be
+    farmed by moving back and forth. Shapes: distances and flags ``[B]``.
+    """
+    reach = torch.where(ever_grasped, torch.ones_like(tcp_to_object_m), closeness(tcp_to_object_m))
+    place = ever_grasped.float() * closeness(object_to_plate_xy_m)
+    return weight * (reach + place)
 
 
 def dense_reward(score: torch.Tensor, previous_score: torch.Tensor) -> torch.Tensor:

@@ -89,7 +89,8 @@ def ood_table(rows: list[dict], header: str) -> tuple[dict, str]:
     """Category averages and a markdown table of per-variant results.
 
     Args:
-        rows: one dict per variant with ``env_id``, ``category``, ``success_once``, ``success_at_end``.
+        rows: one dict per variant with ``env_id``, ``category``, ``success_once``, ``success_at_end``
+            and optionally ``success_once_ci95`` (low, high), shown after success_once.
         header: the first line (which policy, which asset pack, how many episodes).
 
     Returns:
@@ -107,6 +108,10 @@ def ood_table(rows: list[dict], header: str) -> tuple[dict, str]:
     if ood:
         averages["ood_all"] = {k: float(np.mean([r[k] for r in ood])) for k in ("success_once", "success_at_end")}
     lines = [header, "", "| variant | category | success_once | success_at_end |", "|---|---|---|---|"]
-    lines += [f"| {r['env_id']} | {r['category']} | {r['success_once']:.3f} | {r['success_at_end']:.3f} |" for r in rows]
+    def once(r: dict) -> str:
+        ci = r.get("success_once_ci95")
+        return f"{r['success_once']:.3f}" + (f" (95 % CI {ci[0]:.3f}-{ci[1]:.3f})" if ci else "")
+
+    lines += [f"| {r['env_id']} | {r['category']} | {once(r)} | {r['success_at_end']:.3f} |" for r in rows]
     lines += [f"| **{c} average** | | {v['success_once']:.3f} | {v['success_at_end']:.3f} |" for c, v in averages.items()]
     return averages, "\n".join(lines)
