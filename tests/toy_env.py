@@ -69,3 +69,43 @@ def make_toy_vector_env(num_envs: int = 1, max_episode_steps: int = 10, pool: bo
     fns = [functools.partial(ToyEnv, max_episode_steps)] * num_envs
     backend = ProcessPoolBackend(fns) if pool else SerialBackend(fns)
     return ChunkVectorEnv(backend, **contract_kwargs)
+
+
+class BanditEnv(TaskEnv):
+    """A one-state task whose every step pays ``0.1 * action[1]`` (the y translation, in
+    [-1, 1]): a policy that learns anything learns to move in +y. The image is a constant grey
+    at the model's size, so nothing but the reward says what to do."""
+
+    metadata = {"render_modes": []}
+    num_initial_states = 1000
+
+    def __init__(self, max_episode_steps: int = 16, size: int = 64):
+        self.max_episode_steps = max_episode_steps
+        self.size = size
+        self.observation_space = make_observation_space((size, size), state_dim=3)
+        self.action_space = make_action_space()
+
+    def _obs(self):
+        return {"image": np.full((self.size, self.size, 3), 100, np.uint8), "state": np.zeros(3, np.float32),
+                "instruction": "move to the left"}
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.state_id_from(seed, options)
+        return self._obs(), {}
+
+    def step(self, action):
+        return self._obs(), 0.1 * float(action[1]), False, False, {"success": False}
+
+
+def make_bandit_vector_env(num_envs: int = 1, image_size: int | tuple[int, int] = 64, max_episode_steps: int = 16,
+                           vectorization: str = "serial", first_env_index: int = 0, **contract_kwargs):
+    """A registry factory for BanditEnv, accepting the trainer's ``make_env`` arguments (always serial)."""
+    import functools
+
+    from vla_envs.core import ChunkVectorEnv
+    from vla_envs.core.serial import SerialBackend
+
+    size = image_size if isinstance(image_size, int) else image_size[0]
+    return ChunkVectorEnv(SerialBackend([functools.partial(BanditEnv, max_episode_steps, size)] * num_envs),
+                          **contract_kwargs)
