@@ -33,8 +33,6 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
-# Bodies of an expert's privileged state whose poses the demos record (labels for vision pretraining)
-SCENE_BODIES = ("tcp", "object", "plate")
 PERTURBED_DIMS = [0, 1, 2, 5]  # translation and yaw; the gripper command stays the expert's
 
 
@@ -57,7 +55,7 @@ def run_episodes(args: argparse.Namespace, recorder_folder: Path | None = None) 
     import gymnasium as gym
     from tqdm import tqdm
 
-    from vla_envs.demos import EpisodeRecorder
+    from vla_envs.demos import SCENE_BODIES, EpisodeRecorder, scene_poses
     from vla_envs.registry import get_task
     from vla_envs.wrappers import RecordVideo
 
@@ -109,7 +107,7 @@ def run_episodes(args: argparse.Namespace, recorder_folder: Path | None = None) 
             if expert is not None:
                 states = [base.backend.call(i, "expert_state") for i in range(args.num_envs)]
                 actions = expert.act(states)[:, None, :]
-                scene = np.stack([np.concatenate([s[k].reshape(-1) for k in SCENE_BODIES]) for s in states])
+                scene = scene_poses(states)
             elif args.policy == "random":
                 actions = rng.uniform(-1, 1, (args.num_envs, chunk, 7)).astype(np.float32)
             else:

@@ -29,6 +29,13 @@ from typing import Any
 import numpy as np
 
 FORMAT = "vla-demos-v1"
+SCENE_BODIES = ("tcp", "object", "plate")
+"""Bodies of a scripted expert's privileged state whose poses demos record (vision labels)."""
+
+
+def scene_poses(states: list[dict[str, np.ndarray]]) -> np.ndarray:
+    """The ``SCENE_BODIES`` poses of each env's expert state: float ``[N, 7 K]`` (xyz + wxyz)."""
+    return np.stack([np.concatenate([s[k].reshape(-1) for k in SCENE_BODIES]) for s in states])
 
 
 class EpisodeRecorder:
@@ -54,15 +61,18 @@ class EpisodeRecorder:
         return {"image": [], "state": [], "action": [], "reward": [], "success": [], "scene": []}
 
     def add(self, obs: dict[str, Any], actions: np.ndarray, rewards: np.ndarray, success: np.ndarray,
-            scene: np.ndarray | None = None) -> None:
-        """One step of every env: the observation the actions were taken from, and with
-        ``scene_bodies`` the bodies' poses at that observation, float ``[N, 7 K]``."""
+            scene: np.ndarray | None = None, envs: np.ndarray | None = None) -> None:
+        """One step of every env (or of the envs where the bool mask ``envs`` ``[N]`` is True):
+        the observation the actions were taken from, and with ``scene_bodies`` the bodies' poses
+        at that observation, float ``[N, 7 K]``."""
         if (scene is None) != (not self.scene_bodies):
             raise ValueError(f"scene poses must be given exactly when scene_bodies is set ({self.scene_bodies})")
         if scene is not None and scene.shape != (len(self._buf), 7 * len(self.scene_bodies)):
             raise ValueError(f"scene has shape {scene.shape}; expected {(len(self._buf), 7 * len(self.scene_bodies))} "
                              f"(xyz + wxyz of {self.scene_bodies} per env)")
         for i, b in enumerate(self._buf):
+            if envs is not None and not envs[i]:
+                continue
             if scene is not None:
                 b["scene"].append(scene[i])
             b["image"].append(obs["image"][i])
@@ -72,9 +82,10 @@ class EpisodeRecorder:
             b["success"].append(success[i])
 
     def finish(self, i: int, instruction: str, state_id: int, episode: dict[str, Any]) -> bool:
-        """Env ``i``'s episode ended: write it (if kept) and start a new buffer. Returns kept."""
+        """Env ``i``'s episode ended: write it (if kept; never one without steps) and start a new
+        buffer. Returns kept."""
         b, self._buf[i] = self._buf[i], self._empty()
-        kept = bool(episode["success_once"]) or not self.only_success
+        kept = bool(b["action"]) and (bool(episode["success_once"]) or not self.only_success)
         if kept:
             name = f"episode_{self._next:06d}.npz"
             self._next += 1

@@ -175,6 +175,38 @@ def cmd_sft_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_collect_corrections(args: argparse.Namespace) -> int:
+    import os
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from vla_trainer.corrections import collect_corrections
+    from vla_trainer.models import VLAModelError, VLAPolicy
+
+    try:
+        handover = [int(h) for h in args.handover_steps.split(",")]
+        env_kwargs = json.loads(args.env_kwargs)
+    except ValueError as e:
+        print(f"error: --handover-steps {args.handover_steps!r} (comma-separated env steps, e.g. 8,16) or "
+              f"--env-kwargs (JSON object): {e}", file=sys.stderr)
+        return 2
+    if not args.temperature > 0:
+        print(f"error: --temperature must be > 0, got {args.temperature}", file=sys.stderr)
+        return 2
+    if (args.out / "index.json").exists():
+        print(f"error: --out {args.out} already holds demos; give a new folder", file=sys.stderr)
+        return 2
+    try:
+        model, tokenizer = load_init_checkpoint(args.checkpoint, flag="--checkpoint")
+        summary = collect_corrections(VLAPolicy(model, tokenizer), args.env_id, args.out, args.episodes,
+                                      handover_steps=handover, num_envs=args.num_envs, env_kwargs=env_kwargs,
+                                      temperature=args.temperature, seed=args.seed, only_success=args.only_success)
+    except (FileNotFoundError, ValueError, KeyError, VLAModelError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(summary, indent=1))
+    return 0
+
+
 def cmd_rl(args: argparse.Namespace) -> int:
     import os
 
@@ -226,7 +258,7 @@ def cmd_recipes(args: argparse.Namespace) -> int:
     return 0
 
 
-SUBCOMMANDS = ("rl", "sft", "pretrain-vision", "sft-report", "recipes")
+SUBCOMMANDS = ("rl", "sft", "pretrain-vision", "sft-report", "collect-corrections", "recipes")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -289,6 +321,22 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--steps", default="0,1,3", help="episode steps, comma-separated (default: %(default)s)")
     q.add_argument("--json", type=Path, default=None, help="also write the report as JSON")
     q.set_defaults(func=cmd_sft_report)
+    k = sub.add_parser("collect-corrections",
+                       help="demos from the policy's own states: it starts each episode, the scripted expert "
+                            "takes over and finishes it (only the expert's part is recorded)")
+    k.add_argument("--checkpoint", type=Path, required=True, help="the policy: a model or checkpoint folder")
+    k.add_argument("--out", type=Path, required=True, help="demo folder to write (new)")
+    k.add_argument("--env-id", default="PutOnPlateInScene25Main-v3", help="a task with a scripted expert")
+    k.add_argument("--episodes", type=positive_int, default=100, help="episodes to run (default: %(default)s)")
+    k.add_argument("--handover-steps", default="8,16",
+                   help="env steps the policy acts before the expert takes over, one drawn per episode; "
+                        "multiples of the policy's chunk (default: %(default)s)")
+    k.add_argument("--num-envs", type=positive_int, default=2)
+    k.add_argument("--temperature", type=float, default=0.6, help="the policy's sampling temperature")
+    k.add_argument("--seed", type=int, default=0)
+    k.add_argument("--env-kwargs", default="{}", help="JSON of extra gym.make arguments")
+    k.add_argument("--all", dest="only_success", action="store_false", help="keep episodes the expert failed too")
+    k.set_defaults(func=cmd_collect_corrections)
     return parser
 
 

@@ -14,6 +14,7 @@ MAX_STEP_M, MAX_ROT_RAD = 0.1, 0.1  # what an action of 1.0 means for the Panda'
 HOVER_M, CARRY_M, RELEASE_M = 0.10, 0.12, 0.045
 OPEN, CLOSE = -1.0, 1.0
 FINGERTIP_CLEARANCE_M = 0.008
+TAKE_OVER_DESCEND_M = 0.03  # lateral offset from the object under which a take-over descends directly
 PHASES = ("above", "descend", "close", "lift", "carry", "lower", "open", "retreat")
 
 
@@ -64,6 +65,16 @@ class ScriptedExpert:
         ids = slice(None) if env_ids is None else env_ids
         self.phase[ids] = 0
         self.timer[ids] = 0
+
+    def take_over(self, env_ids: np.ndarray, states: list[dict[str, np.ndarray]]) -> None:
+        """Start envs ``env_ids`` mid-episode, from wherever another policy left them (``states``
+        are theirs, in order): a gripper already within reach of the object above it descends
+        from there; any other goes back above the object first."""
+        for i, s in zip(np.asarray(env_ids, np.int64), states):
+            lateral = float(np.linalg.norm(s["object"][:2] - s["tcp"][:2]))
+            above_it = s["tcp"][2] > s["object"][2]
+            self.phase[i] = PHASES.index("descend") if lateral < TAKE_OVER_DESCEND_M and above_it else 0
+            self.timer[i] = 0
 
     def act(self, states: list[dict[str, np.ndarray]]) -> np.ndarray:
         return np.stack([self._act_one(i, s) for i, s in enumerate(states)]).astype(np.float32)
