@@ -1,4 +1,5 @@
-"""The success-rate interval that ``vla-eval`` reports next to success_once."""
+"""The success-rate interval that ``vla-eval`` reports next to success_once, and re-planning
+after the first K actions of each chunk (``--execute-steps``)."""
 
 from __future__ import annotations
 
@@ -28,3 +29,44 @@ def test_wilson_interval_narrows_with_more_episodes_and_contains_the_rate():
 def test_wilson_interval_rejects_impossible_counts(successes, trials):
     with pytest.raises(ValueError, match="successes=.*trials="):
         wilson_interval(successes, trials)
+
+
+# --- re-planning inside a chunk (--execute-steps) ---------------------------------------------
+
+@pytest.fixture(scope="module")
+def tiny_policy():
+    from tiny_vla import tiny
+
+    from vla_trainer.models import VLAPolicy
+
+    return VLAPolicy(*tiny("tiny-openvla-oft", seed=0))
+
+
+@pytest.mark.parametrize("execute_steps,calls_per_round", [(None, 2), (8, 2), (2, 8), (3, 6), (1, 16)])
+def test_evaluation_re_plans_after_execute_steps_actions(tiny_policy, monkeypatch, execute_steps, calls_per_round):
+    """A 16-step episode with a chunk of 8: the policy is asked 16 / K times (rounded up) per
+    episode, and every episode still runs to its time limit."""
+    from toy_env import make_bandit_vector_env
+
+    from vla_trainer.evaluation import evaluate_policy
+
+    calls = []
+    act = tiny_policy.act
+    monkeypatch.setattr(tiny_policy, "act", lambda obs, **kw: calls.append(1) or act(obs, **kw))
+    env = make_bandit_vector_env(num_envs=2, max_episode_steps=16, auto_reset=False, ignore_terminations=True)
+    try:
+        res = evaluate_policy(env, tiny_policy, 4, seed=0, execute_steps=execute_steps)
+    finally:
+        env.close()
+    assert res["num_episodes"] == 4 and res["length"] == 16.0
+    assert len(calls) == 2 * calls_per_round  # two rounds of two envs
+
+
+@pytest.mark.parametrize("bad", [0, 9, -1, True, 2.0])
+def test_execute_steps_outside_the_chunk_is_refused(bad):
+    from vla_trainer.evaluation import check_execute_steps
+
+    with pytest.raises(ValueError, match=r"from 1 to the policy's chunk \(8\)"):
+        check_execute_steps(bad, 8)
+    check_execute_steps(None, 8)
+    check_execute_steps(8, 8)

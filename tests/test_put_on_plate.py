@@ -548,7 +548,7 @@ def test_collect_demos_rejects_bad_expert_options(args, named, tmp_path, capsys)
 
 @pytest.mark.slow
 @pytest.mark.maniskill
-def test_vla_eval_reports_success_and_the_env_kwargs(asset_root, tmp_path, monkeypatch):
+def test_vla_eval_reports_success_and_the_env_kwargs(asset_root, tmp_path, monkeypatch, capsys):
     """``vla-eval`` of a (random) tiny policy on the cropped main task: both success notions and
     the env options it ran with, so a report says which view the policy saw."""
     import os
@@ -575,6 +575,16 @@ def test_vla_eval_reports_success_and_the_env_kwargs(asset_root, tmp_path, monke
     assert vla_eval(["--checkpoint", str(tmp_path / "model"), "--num-envs", "1", "--num-episodes", "1",
                      "--vectorization", "serial",
                      "--env-kwargs", json.dumps({**kwargs, "camera_crop": [0, 0, 900, 10]})]) == 2
+    # re-planning every 4 actions is recorded with the results; more than the chunk (8) is refused
+    assert vla_eval(["--checkpoint", str(tmp_path / "model"), "--num-envs", "1", "--num-episodes", "1",
+                     "--vectorization", "serial", "--env-kwargs", json.dumps(kwargs), "--execute-steps", "4",
+                     "--out", str(tmp_path / "eval4")]) == 0
+    replanned = json.loads((tmp_path / "eval4" / "eval.json").read_text())
+    assert replanned["sampling"] == "temperature 0.6, re-planning every 4 actions"
+    assert replanned["rows"][0]["length"] == 8.0
+    assert vla_eval(["--checkpoint", str(tmp_path / "model"), "--num-envs", "1", "--num-episodes", "1",
+                     "--vectorization", "serial", "--execute-steps", "9"]) == 2
+    assert "from 1 to the policy's chunk (8)" in capsys.readouterr().err
 
 
 def test_texture_and_image_noise_blend_as_documented():

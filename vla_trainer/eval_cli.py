@@ -57,7 +57,8 @@ def evaluate_tasks(policy, tasks: list[str], args, asset_meta: dict) -> list[dic
         run_env = RecordVideo(env, args.video, fps=5) if (args.video and i == 0) else env
         try:
             res = evaluate_policy(run_env, policy, args.num_episodes, seed=args.seed, greedy=args.greedy,
-                                  temperature=args.temperature, top_k=args.top_k or None)
+                                  temperature=args.temperature, top_k=args.top_k or None,
+                                  execute_steps=args.execute_steps)
         finally:
             run_env.close()
         n = res["num_episodes"]
@@ -83,6 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--greedy", action="store_true", help="most likely action instead of sampling")
     p.add_argument("--temperature", type=float, default=0.6, help="sampling temperature (default: %(default)s)")
     p.add_argument("--top-k", type=int, default=0, help="top-k sampling (0: off)")
+    p.add_argument("--execute-steps", type=int, default=None, metavar="K",
+                   help="execute the first K actions of each predicted chunk, then re-plan from a new "
+                        "observation (default: the whole chunk, as the policy was trained)")
     p.add_argument("--terminate", action="store_true",
                    help="end episodes at success (default: run to the time limit, so success_at_end is meaningful)")
     p.add_argument("--env-kwargs", default="{}", help="JSON of extra gym.make arguments, e.g. '{\"low_poly\": true}'")
@@ -106,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --env-kwargs is not JSON: {e}", file=sys.stderr)
         return 2
     from vla_envs.tasks.put_on_plate.variants import VARIANTS, ood_table
+    from vla_trainer.evaluation import check_execute_steps
     from vla_trainer.models import VLAModelError, VLAPolicy, load_pretrained
 
     if args.libero is not None:
@@ -115,13 +120,14 @@ def main(argv: list[str] | None = None) -> int:
         model_dir = resolve_model_dir(args.checkpoint)
         model, tokenizer = load_pretrained(model_dir)
         policy = VLAPolicy(model, tokenizer)
+        check_execute_steps(args.execute_steps, policy.chunk_size)
         tasks = list(VARIANTS) if args.ood else [args.task]
         meta: dict = {}
         rows = evaluate_tasks(policy, tasks, args, meta)
     except (FileNotFoundError, VLAModelError, ValueError, KeyError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    mode = "greedy" if args.greedy else f"temperature {args.temperature}"
+    mode = sampling_mode(args)
     header = (f"checkpoint: {model_dir}; asset pack: {meta.get('asset_pack')}; {args.num_episodes} episodes per task; "
               f"{mode}; seed {args.seed}")
     for r in rows:
@@ -130,6 +136,12 @@ def main(argv: list[str] | None = None) -> int:
     report(args.out, table, {"checkpoint": str(model_dir), "rows": rows, "averages": averages, "sampling": mode,
                              "env_kwargs": json.loads(args.env_kwargs)})
     return 0
+
+
+def sampling_mode(args: argparse.Namespace) -> str:
+    """How actions were chosen, for the table's header and eval.json."""
+    mode = "greedy" if args.greedy else f"temperature {args.temperature}"
+    return mode if args.execute_steps is None else f"{mode}, re-planning every {args.execute_steps} actions"
 
 
 def report(out: Path | None, table: str, payload: dict) -> None:
@@ -158,7 +170,7 @@ def libero_main(args) -> int:
 
     import vla_envs  # noqa: F401
     from vla_envs.backends.libero.suites import INIT_STATES_PER_TASK, suite_tasks
-    from vla_trainer.evaluation import evaluate_initial_states
+    from vla_trainer.evaluation import check_execute_steps, evaluate_initial_states
     from vla_trainer.models import VLAModelError, VLAPolicy, load_pretrained
 
     try:
@@ -168,6 +180,7 @@ def libero_main(args) -> int:
         model_dir = resolve_model_dir(args.checkpoint)
         model, tokenizer = load_pretrained(model_dir)
         policy = VLAPolicy(model, tokenizer)
+        check_execute_steps(args.execute_steps, policy.chunk_size)
         kwargs = {"image_size": policy.config.image_size, **json.loads(args.env_kwargs)}
         if kwargs.get("fast_render"):
             raise ValueError("--env-kwargs fast_render changes the rendered pixels: for training only, "
@@ -180,7 +193,8 @@ def libero_main(args) -> int:
                            enumerate_initial_states=ids, vectorization=args.vectorization, **kwargs)
             try:
                 res = evaluate_initial_states(env, policy, seed=args.seed, greedy=args.greedy,
-                                              temperature=args.temperature, top_k=args.top_k or None)
+                                              temperature=args.temperature, top_k=args.top_k or None,
+                                              execute_steps=args.execute_steps)
             finally:
                 env.close()
             per_task = {tasks[t].language: float(np.mean([res[t * INIT_STATES_PER_TASK + i]["success_once"]
@@ -192,7 +206,7 @@ def libero_main(args) -> int:
     except (FileNotFoundError, VLAModelError, ValueError, KeyError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    mode = "greedy" if args.greedy else f"temperature {args.temperature}"
+    mode = sampling_mode(args)
     lines = [f"checkpoint: {model_dir}; {args.trials_per_task} official initial states per task; {mode}", "",
              "| suite | success | episodes |", "|---|---|---|"]
     lines += [f"| {r['suite']} | {100 * r['success']:.2f} % | {r['episodes']} |" for r in rows]

@@ -33,14 +33,40 @@ def round_seed(seed: int, round_index: int) -> int:
     return int(np.random.SeedSequence([seed, 1_000_003, round_index]).generate_state(1)[0])
 
 
-@torch.no_grad()
-def evaluate_policy(env, policy, num_episodes: int, *, seed: int = 0, greedy: bool = False,
-                    temperature: float = 0.6, top_k: int | None = None, progress=None) -> dict:
-    """Mean ``success_once``, ``success_at_end``, ``return``, ``length`` over ``num_episodes``.
+def executed_actions(actions: torch.Tensor, execute_steps: int | None) -> np.ndarray:
+    """The part of each predicted chunk that is executed before the policy re-plans: the first
+    ``execute_steps`` actions (LeRobot's ``n_action_steps``), or all of them.
+
+    Shapes:
+        actions: ``[N, C, 7]``. Returns ``[N, execute_steps or C, 7]``.
 
     Raises:
-        ValueError: ``num_episodes`` is not a positive multiple of ``env.num_envs``, or the env
-            resets finished episodes itself (``auto_reset=True``).
+        ValueError: ``execute_steps`` outside ``1 .. C``.
+    """
+    check_execute_steps(execute_steps, actions.shape[1])
+    return actions[:, :execute_steps].cpu().numpy()
+
+
+def check_execute_steps(execute_steps: int | None, chunk_size: int) -> None:
+    """Raise a ValueError unless ``execute_steps`` is None or an integer in ``1 .. chunk_size``."""
+    if execute_steps is None:
+        return
+    if isinstance(execute_steps, bool) or not isinstance(execute_steps, int) or not 1 <= execute_steps <= chunk_size:
+        raise ValueError(f"execute_steps={execute_steps!r}: must be an integer from 1 to the policy's chunk "
+                         f"({chunk_size})")
+
+
+@torch.no_grad()
+def evaluate_policy(env, policy, num_episodes: int, *, seed: int = 0, greedy: bool = False,
+                    temperature: float = 0.6, top_k: int | None = None, execute_steps: int | None = None,
+                    progress=None) -> dict:
+    """Mean ``success_once``, ``success_at_end``, ``return``, ``length`` over ``num_episodes``.
+    ``execute_steps``: re-plan after this many actions of each chunk (default: the whole chunk).
+
+    Raises:
+        ValueError: ``num_episodes`` is not a positive multiple of ``env.num_envs``, the env
+            resets finished episodes itself (``auto_reset=True``), or ``execute_steps`` is not in
+            ``1 .. chunk``.
     """
     n = env.num_envs
     base = getattr(env, "unwrapped", env)  # wrappers (RecordVideo) do not forward the contract's attributes
@@ -50,13 +76,13 @@ def evaluate_policy(env, policy, num_episodes: int, *, seed: int = 0, greedy: bo
         raise ValueError("evaluation needs an env made with auto_reset=False (each episode counted once)")
     per_episode: dict[str, list[float]] = defaultdict(list)
     generator = torch.Generator().manual_seed(seed)
-    max_chunks = base.max_episode_steps // policy.chunk_size + 2
+    max_chunks = base.max_episode_steps // (execute_steps or policy.chunk_size) + 2
     for r in range(num_episodes // n):
         obs, _ = env.reset(seed=round_seed(seed, r))
         finished = np.zeros(n, bool)
         for _ in range(max_chunks):
             sample = policy.act(obs, temperature=temperature, top_k=top_k, greedy=greedy, generator=generator)
-            out = env.chunk_step(sample.actions.cpu().numpy())
+            out = env.chunk_step(executed_actions(sample.actions, execute_steps))
             if "episode" in out.info:
                 done = out.info["_episode"] & ~finished
                 for key in EPISODE_METRICS:
@@ -81,7 +107,8 @@ def evaluate_recipe(env, policy, cfg) -> dict:
 
 @torch.no_grad()
 def evaluate_initial_states(env, policy, *, seed: int = 0, greedy: bool = False, temperature: float = 0.6,
-                            top_k: int | None = None, progress=None) -> dict[int, dict]:
+                            top_k: int | None = None, execute_steps: int | None = None,
+                            progress=None) -> dict[int, dict]:
     """Runs every initial state the env enumerates exactly once (an env made with
     ``enumerate_initial_states`` and ``auto_reset=True``, so finished envs move on to the next
     state at once). Returns ``{state_id: {success_once, success_at_end, return, length}}``."""
@@ -93,7 +120,7 @@ def evaluate_initial_states(env, policy, *, seed: int = 0, greedy: bool = False,
     results: dict[int, dict] = {}
     while not base.exhausted:
         sample = policy.act(obs, temperature=temperature, top_k=top_k, greedy=greedy, generator=generator)
-        out = env.chunk_step(sample.actions.cpu().numpy())
+        out = env.chunk_step(executed_actions(sample.actions, execute_steps))
         if "episode" in out.info:
             for i in np.flatnonzero(out.info["_episode"]):
                 results[int(out.info["episode_state_id"][i])] = {
