@@ -121,6 +121,34 @@ def test_grpo_targets_mask_after_the_first_done_and_weight_by_length():
     assert any(not torch.equal(before[k], v) for k, v in _params(policy).items())
 
 
+@pytest.mark.parametrize("overrides,skipped", [
+    ([], True),                                                   # every group scored alike: no step
+    (["algorithm.entropy_bonus=0.01"], False),                    # the entropy term still has a gradient
+    (["algorithm.adv_type=gae", "algorithm.loss_type=actor_critic", "actor.model.add_value_head=true"], False),
+])
+def test_an_update_without_signal_takes_no_optimizer_step(overrides, skipped):
+    """GRPO with equal scores in every group: the loss is 0 everywhere, so no step is taken (an
+    AdamW step with zero gradients would still move the weights by its momentum); any other loss
+    term makes the update run."""
+    cfg = load_config("cpu_grpo_tiny_put_on_plate", ["env.train.total_num_envs=2", "actor.global_batch_size=4",
+                                                     "actor.micro_batch_size=2", *overrides])
+    value_type = "chunk_level" if cfg.algorithm.loss_type == "actor_critic" else None
+    policy = policy_for(*tiny(value_type=value_type))
+    rollout = synthetic_rollout(policy)
+    rollout.rewards.zero_()
+    targets = compute_targets(rollout, cfg.algorithm, group_size=2)
+    opt, params = make_optimizer(policy, cfg)
+    # momentum from an earlier step, which a zero-gradient AdamW step would replay
+    for p in params:
+        p.grad = torch.ones_like(p)
+    opt.step()
+    before = _params(policy)
+    metrics = update_policy(policy, opt, params, rollout, targets, cfg, 0, torch.Generator().manual_seed(0))
+    unchanged = all(torch.equal(before[k], v) for k, v in _params(policy).items())
+    assert unchanged == skipped
+    assert metrics.get("actor/no_signal", 0.0) == float(skipped)
+
+
 def test_concatenated_rollouts_are_one_rollout_of_more_envs():
     policy = policy_for(*tiny(value_type="chunk_level"))
     a, b = synthetic_rollout(policy, seed=1), synthetic_rollout(policy, seed=2)

@@ -11,7 +11,8 @@ masked mean, whatever the micro-batch size.
 Granularities (see ``vla_trainer.algorithms.granularity``): log-probs are reduced to
 ``logprob_type`` (``[b]``, ``[b, C]`` or ``[b, C, A]``); advantages and masks at the reward
 granularity are broadcast to them; tokens of sub-steps that did not belong to the chunk's episode
-never count.
+never count. An update whose loss is zero for every parameter (``has_learning_signal``) takes
+no optimizer step.
 """
 
 from __future__ import annotations
@@ -76,6 +77,19 @@ def _weight_sum(mask: torch.Tensor, weights: torch.Tensor | None) -> float:
     return float(mask.sum()) if weights is None else float((weights * mask).sum())
 
 
+def has_learning_signal(targets: Targets, alg) -> bool:
+    """False exactly when the update's loss is 0 for every parameter: no critic, no entropy or KL
+    term, and every sample that counts has advantage 0 (GRPO groups whose trajectories all scored
+    the same, or that the success-rate filter dropped). Such an update is skipped.
+
+    Shapes:
+        targets.advantages, targets.mask: ``[T, N]`` or ``[T, N, C]``.
+    """
+    if alg.loss_type == "actor_critic" or alg.entropy_bonus != 0 or alg.kl_beta > 0:
+        return True
+    return bool((targets.advantages.abs() * targets.mask).sum() > 0)
+
+
 def update_policy(policy: VLAPolicy, optimizer: torch.optim.Optimizer, params: list[torch.nn.Parameter],
                   rollout: Rollout, targets: Targets, cfg: TrainConfig, iteration: int,
                   generator: torch.Generator, ref_policy: VLAPolicy | None = None, *,
@@ -101,6 +115,9 @@ def update_policy(policy: VLAPolicy, optimizer: torch.optim.Optimizer, params: l
         raise ValueError(f"the {G // M} micro-batches of a global batch must split evenly over {world_size} "
                          "actor workers (actor.global_batch_size / actor.micro_batch_size)")
     train_actor = actor_should_update(iteration, actor.optim.critic_warmup_steps)
+    if not has_learning_signal(targets, alg):
+        # the gradient would be exactly zero; an optimizer step would only replay Adam's momentum
+        return {"actor/trained": 0.0, "actor/no_signal": 1.0}
     use_critic = alg.loss_type == "actor_critic"
     C = rollout.rewards.shape[-1]
     logs: dict[str, list[float]] = defaultdict(list)
