@@ -189,9 +189,6 @@ def cmd_collect_corrections(args: argparse.Namespace) -> int:
         print(f"error: --handover-steps {args.handover_steps!r} (comma-separated env steps, e.g. 8,16) or "
               f"--env-kwargs (JSON object): {e}", file=sys.stderr)
         return 2
-    if not args.temperature > 0:
-        print(f"error: --temperature must be > 0, got {args.temperature}", file=sys.stderr)
-        return 2
     if (args.out / "index.json").exists():
         print(f"error: --out {args.out} already holds demos; give a new folder", file=sys.stderr)
         return 2
@@ -332,7 +329,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="env steps the policy acts before the expert takes over, one drawn per episode; "
                         "multiples of the policy's chunk (default: %(default)s)")
     k.add_argument("--num-envs", type=positive_int, default=2)
-    k.add_argument("--temperature", type=float, default=0.6, help="the policy's sampling temperature")
+    k.add_argument("--temperature", type=positive_float, default=0.6, help="the policy's sampling temperature")
     k.add_argument("--seed", type=int, default=0)
     k.add_argument("--env-kwargs", default="{}", help="JSON of extra gym.make arguments")
     k.add_argument("--all", dest="only_success", action="store_false", help="keep episodes the expert failed too")
