@@ -289,3 +289,25 @@ def test_enumerate_initial_states_runs_each_exactly_once_with_auto_reset():
     assert not env.chunk_step(finish).valid.any()  # idle afterwards
     env.reset(seed=0)  # starts over
     assert not env.exhausted and env.instructions[0] == "count from 0"
+
+
+def test_progress_flags_are_reported_per_step_and_as_once_per_episode():
+    """A task's sub-goal (here ``reached``) comes back per sub-step like ``success``, and each
+    finished episode says whether it was ever reached: partial success, reset with the episode."""
+    from toy_env import ReachToyEnv
+
+    env = ChunkVectorEnv(SerialBackend([lambda: ReachToyEnv(3)] * 2), ignore_terminations=True)
+    assert env.progress_flags == ("reached",)
+    assert env.episode_metrics == ("success_once", "success_at_end", "return", "length", "reached_once")
+    env.reset(seed=0)
+    a = actions(3, n=2)
+    a[0, 1, 0] = 1.0  # env 0 reaches at its second step only
+    out = env.chunk_step(a)
+    assert out.info["reached"].tolist() == [[False, True, False], [False, False, False]]
+    assert out.info["episode"]["reached_once"].tolist() == [True, False]
+    assert out.info["episode"]["success_once"].tolist() == [False, False]
+    out = env.chunk_step(actions(3, n=2))  # the next episodes (auto-reset) reach nothing
+    assert out.info["episode"]["reached_once"].tolist() == [False, False]
+    _, _, _, _, info = env.step(np.array([[1, 0, 0, 0, 0, 0, 0], [0] * 7], np.float32))
+    assert info["reached"].tolist() == [True, False]
+    assert make().episode_metrics == ("success_once", "success_at_end", "return", "length")  # no flags, none added

@@ -70,3 +70,35 @@ def test_execute_steps_outside_the_chunk_is_refused(bad):
         check_execute_steps(bad, 8)
     check_execute_steps(None, 8)
     check_execute_steps(8, 8)
+
+
+def test_evaluation_averages_the_tasks_progress_flags():
+    """Partial success: with env 0 reaching in every episode and env 1 never, ``reached_once``
+    is 0.5 over two rounds, beside the success metrics."""
+    import types
+
+    import numpy as np
+    import torch
+    from toy_env import ReachToyEnv
+
+    from vla_envs.core import ChunkVectorEnv
+    from vla_envs.core.serial import SerialBackend
+    from vla_trainer.evaluation import evaluate_policy
+
+    class ReachWithEnvZero:
+        chunk_size = 2
+
+        def act(self, obs, **kw):
+            actions = torch.zeros(2, 2, 7)
+            actions[0, :, 0] = 1.0
+            return types.SimpleNamespace(actions=actions)
+
+    env = ChunkVectorEnv(SerialBackend([lambda: ReachToyEnv(4)] * 2), auto_reset=False, ignore_terminations=True)
+    try:
+        res = evaluate_policy(env, ReachWithEnvZero(), 4, seed=0)
+    finally:
+        env.close()
+    assert res["num_episodes"] == 4
+    assert res["reached_once"] == 0.5 and res["success_once"] == 0.0
+    assert set(res) == {"success_once", "success_at_end", "return", "length", "reached_once", "num_episodes"}
+    assert np.isclose(res["return"], 0.4)

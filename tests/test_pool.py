@@ -50,6 +50,18 @@ def test_pool_matches_in_process_results():
     np.testing.assert_array_equal(serial[0]["image"], pooled[0]["image"])
 
 
+def test_pool_passes_progress_flags_like_in_process():
+    from toy_env import ReachToyEnv
+
+    fns = [functools.partial(ReachToyEnv, 5)] * N
+    serial, pooled = run(SerialBackend(fns)), run(ProcessPoolBackend(fns))
+    assert any(out.info["reached"].any() for out in serial[1:])
+    for a, b in zip(serial[1:], pooled[1:]):
+        np.testing.assert_array_equal(a.info["reached"], b.info["reached"])
+        if "episode" in a.info:
+            np.testing.assert_array_equal(a.info["episode"]["reached_once"], b.info["episode"]["reached_once"])
+
+
 def test_observations_come_through_shared_memory(pool):
     env = ChunkVectorEnv(pool)
     env.reset(seed=0, options={"state_ids": np.array([1, 2, 3])})

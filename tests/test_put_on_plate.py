@@ -373,7 +373,7 @@ def test_object_set_on_the_plate_in_the_simulator_succeeds(sim_env):
     obj.set_pose(sapien.Pose(p=[p[0], p[1], p[2] + 0.03]))
     _, reward, _, _, info = sim_env.step(np.zeros((1, 7), np.float32))
     assert info["success"][0]
-    assert reward[0] == 0.0  # never grasped: no success reward
+    assert reward[0] == 0.0 and not info["grasped"][0]  # never grasped: no success reward
     obj.set_pose(sapien.Pose(p=[p[0] + 0.2, p[1], p[2] + 0.03]))  # dropped beside the plate
     _, _, _, _, info = sim_env.step(np.zeros((1, 7), np.float32))
     assert not info["success"][0]
@@ -388,7 +388,26 @@ def test_scripted_expert_solves_fixed_seeds(sim_env, seed, max_speed):
     assert success
 
 
-def run_expert_episode(env, seed: int, max_speed: float = 1.0) -> tuple[bool, float]:
+@pytest.mark.slow
+@pytest.mark.maniskill
+def test_grasp_is_reported_per_step_and_per_episode(sim_env):
+    """The task's ``grasped`` progress flag: the expert's episode holds the object at some
+    steps (and ends with it released on the plate); an arm that never moves never grasps."""
+    assert sim_env.progress_flags == ("grasped",)
+    infos = []
+    success, _ = run_expert_episode(sim_env, 1, on_step=infos.append)
+    grasped_steps = [bool(info["grasped"][0]) for info in infos]
+    assert success and any(grasped_steps) and not grasped_steps[0]
+    assert infos[-1]["episode"]["grasped_once"][0]
+    sim_env.reset(seed=1)
+    for _ in range(80):
+        _, _, terminated, truncated, info = sim_env.step(np.zeros((1, 7), np.float32))
+        if terminated[0] or truncated[0]:
+            break
+    assert not info["episode"]["grasped_once"][0] and not info["episode"]["success_once"][0]
+
+
+def run_expert_episode(env, seed: int, max_speed: float = 1.0, on_step=None) -> tuple[bool, float]:
     """One scripted-expert episode on a 1-env PutOnPlate env: (success_once, largest translation command)."""
     from vla_envs.tasks.put_on_plate.expert import ScriptedExpert
 
@@ -400,6 +419,8 @@ def run_expert_episode(env, seed: int, max_speed: float = 1.0) -> tuple[bool, fl
         fastest = max(fastest, float(np.abs(action[:, :3]).max()))
         _, _, terminated, truncated, info = env.step(action)
         success |= bool(info["success"][0])
+        if on_step is not None:
+            on_step(info)
         if terminated[0] or truncated[0]:
             break
     return success, fastest
@@ -569,6 +590,8 @@ def test_vla_eval_reports_success_and_the_env_kwargs(asset_root, tmp_path, monke
     row = report["rows"][0]
     assert row["env_id"] == "PutOnPlateInScene25Main-v3" and row["asset_pack"] == "procedural"
     assert 0.0 <= row["success_at_end"] <= row["success_once"] <= 1.0
+    assert 0.0 <= row["grasped_once"] <= 1.0  # partial success, a column of the table too
+    assert "| success_once | success_at_end | grasped_once |" in (tmp_path / "eval" / "eval.md").read_text()
     low, high = row["success_once_ci95"]
     assert low <= row["success_once"] <= high and high - low > 0.5  # one episode says little
     assert f"(95 % CI {low:.3f}-{high:.3f})" in (tmp_path / "eval" / "eval.md").read_text()

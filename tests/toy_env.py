@@ -58,6 +58,16 @@ class ToyEnv(TaskEnv):
         self._fail = how
 
 
+class ReachToyEnv(ToyEnv):
+    """ToyEnv with one progress flag: ``reached`` at each step where the action's x dim > 0.5."""
+
+    progress_flags = ("reached",)
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        return obs, reward, terminated, truncated, {**info, "reached": bool(action[0] > 0.5)}
+
+
 def make_toy_vector_env(num_envs: int = 1, max_episode_steps: int = 10, pool: bool = False, **contract_kwargs):
     """A registry factory for ToyEnv (serial, or a process pool with ``pool=True``)."""
     import functools

@@ -140,6 +140,7 @@ def run_episodes(args: argparse.Namespace, recorder_folder: Path | None = None) 
         "asset_pack": getattr(base, "asset_pack", None), "env_steps": frames,
         "env_steps_per_s": frames / step_s, "make_and_reset_s": make_s, "episodes": len(episodes),
         "success_once": mean("success_once"), "success_at_end": mean("success_at_end"),
+        **{f"{flag}_once": mean(f"{flag}_once") for flag in getattr(base, "progress_flags", ())},
         "return": mean("return"), "video": str(args.video) if args.video else None,
         **({"demos_kept": kept, "demo_folder": str(recorder_folder)} if recorder_folder else {}),
     }
@@ -173,6 +174,7 @@ def cmd_eval_ood(args: argparse.Namespace) -> int:
         summary = run_episodes(a)
         rows.append({"env_id": env_id, "category": variant.category, "episodes": summary["episodes"],
                      "success_once": summary["success_once"], "success_at_end": summary["success_at_end"],
+                     **({"grasped_once": summary["grasped_once"]} if "grasped_once" in summary else {}),
                      "asset_pack": summary["asset_pack"]})
     averages, table = ood_table(rows, f"policy: {args.policy}; asset pack: {rows[0]['asset_pack']}; "
                                       f"{args.episodes} episodes per variant")

@@ -13,6 +13,8 @@ success or at the suite's step limit, 256 px unless the model needs another size
 Each env runs exactly one episode per round (no auto-reset double counting); episodes start from
 seeded initial states that differ from training's. Both success notions are reported, labelled:
 ``success_once`` (the task was solved at some step) and ``success_at_end`` (solved at the last step).
+Tasks that report sub-goals add partial success, e.g. ``grasped_once`` (the object was held at
+some step) on the ManiSkill tasks, as SimplerEnv reports grasp rates beside success.
 """
 
 from __future__ import annotations
@@ -64,8 +66,9 @@ def evaluate_tasks(policy, tasks: list[str], args, asset_meta: dict) -> list[dic
         n = res["num_episodes"]
         ci = wilson_interval(round(res["success_once"] * n), n)
         rows.append({"env_id": task, **res, "success_once_ci95": list(ci), "asset_pack": getattr(env, "asset_pack", None)})
+        grasped = f"  grasped_once {res['grasped_once']:.3f}" if "grasped_once" in res else ""
         print(f"{task}: success_once {res['success_once']:.3f} (95 % CI {ci[0]:.3f}-{ci[1]:.3f})  "
-              f"success_at_end {res['success_at_end']:.3f}  ({n} episodes)", flush=True)
+              f"success_at_end {res['success_at_end']:.3f}{grasped}  ({n} episodes)", flush=True)
     return rows
 
 

@@ -13,8 +13,6 @@ from collections import defaultdict
 import numpy as np
 import torch
 
-from vla_envs.core.vector_env import EPISODE_METRICS
-
 
 def wilson_interval(successes: int, trials: int, z: float = 1.96) -> tuple[float, float]:
     """Wilson score interval of a success rate (95 % at z = 1.96): unlike the normal
@@ -60,7 +58,8 @@ def check_execute_steps(execute_steps: int | None, chunk_size: int) -> None:
 def evaluate_policy(env, policy, num_episodes: int, *, seed: int = 0, greedy: bool = False,
                     temperature: float = 0.6, top_k: int | None = None, execute_steps: int | None = None,
                     progress=None) -> dict:
-    """Mean ``success_once``, ``success_at_end``, ``return``, ``length`` over ``num_episodes``.
+    """Mean ``success_once``, ``success_at_end``, ``return``, ``length`` over ``num_episodes``,
+    and ``<flag>_once`` for each of the task's progress flags (``grasped_once``: partial success).
     ``execute_steps``: re-plan after this many actions of each chunk (default: the whole chunk).
 
     Raises:
@@ -85,8 +84,8 @@ def evaluate_policy(env, policy, num_episodes: int, *, seed: int = 0, greedy: bo
             out = env.chunk_step(executed_actions(sample.actions, execute_steps))
             if "episode" in out.info:
                 done = out.info["_episode"] & ~finished
-                for key in EPISODE_METRICS:
-                    per_episode[key].extend(np.asarray(out.info["episode"][key])[done].astype(float).tolist())
+                for key, values in out.info["episode"].items():
+                    per_episode[key].extend(np.asarray(values)[done].astype(float).tolist())
                 finished |= done
             obs = out.obs
             if finished.all():
@@ -111,7 +110,8 @@ def evaluate_initial_states(env, policy, *, seed: int = 0, greedy: bool = False,
                             progress=None) -> dict[int, dict]:
     """Runs every initial state the env enumerates exactly once (an env made with
     ``enumerate_initial_states`` and ``auto_reset=True``, so finished envs move on to the next
-    state at once). Returns ``{state_id: {success_once, success_at_end, return, length}}``."""
+    state at once). Returns ``{state_id: {success_once, success_at_end, return, length, ...}}``
+    (the env's ``episode_metrics``)."""
     base = getattr(env, "unwrapped", env)
     if not (getattr(base, "enumerate_initial_states", False) and getattr(base, "auto_reset", False)):
         raise ValueError("evaluate_initial_states needs an env made with enumerate_initial_states and auto_reset=True")
@@ -124,7 +124,7 @@ def evaluate_initial_states(env, policy, *, seed: int = 0, greedy: bool = False,
         if "episode" in out.info:
             for i in np.flatnonzero(out.info["_episode"]):
                 results[int(out.info["episode_state_id"][i])] = {
-                    k: float(out.info["episode"][k][i]) for k in EPISODE_METRICS}
+                    k: float(v[i]) for k, v in out.info["episode"].items()}
             if progress is not None:
                 progress(len(results))
         obs = out.obs

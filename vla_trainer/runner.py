@@ -198,7 +198,8 @@ def _loop(cfg: TrainConfig, run_dir: Path, runtime, state: dict, resume_from: Pa
             if periodic or last or out_of_time:
                 ckpt = runtime.save(run_dir, state)
             bar.set_postfix({k: f"{record[v]:.2f}" for k, v in (
-                ("succ", "train/success_once"), ("ret", "train/return"), ("eval", "eval/success_once"),
+                ("succ", "train/success_once"), ("grasp", "train/grasped_once"), ("ret", "train/return"),
+                ("eval", "eval/success_once"),
                 ("fps", "throughput/env_frames_per_s")) if v in record})
             if out_of_time:
                 bar.write(f"stopping after iteration {it + 1}: runner.max_wall_minutes="

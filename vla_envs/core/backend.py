@@ -26,6 +26,7 @@ class StepResult:
         info: extra per-env arrays ``[N]`` passed through to the caller's info. ``"crashed"``
             (bool) marks envs whose simulator died and was replaced during this step: their
             episode ends as truncated, with ``truncation_reason`` ``"worker_crashed"``.
+            Each of the backend's ``progress_flags`` is here too (bool ``[N]``).
     """
 
     obs: dict[str, np.ndarray]
@@ -47,6 +48,10 @@ class BatchedBackend(ABC):
             the same id always gives the same initial state.
         can_skip_envs: whether ``step`` can leave some envs untouched (a worker pool can; a
             GPU-batched simulator cannot).
+        progress_flags: names of the task's sub-goals (``"grasped"``) that every ``step``
+            reports in ``StepResult.info`` as bool ``[N]``: the partial-success measures of
+            SimplerEnv-style evaluation. The vector env turns each into ``<name>_once`` in its
+            episode metrics. Empty when the task reports none.
     """
 
     num_envs: int
@@ -55,6 +60,7 @@ class BatchedBackend(ABC):
     max_episode_steps: int
     num_initial_states: int
     can_skip_envs: bool
+    progress_flags: tuple[str, ...] = ()
 
     @abstractmethod
     def reset(

@@ -62,8 +62,8 @@ def _worker(index: int, env_fn: Callable[[], TaskEnv], conn: connection.Connecti
         env = env_fn()
         if threads is not None and "torch" in sys.modules:
             sys.modules["torch"].set_num_threads(threads)
-        conn.send(("ok", (env.observation_space, env.action_space,
-                          env.max_episode_steps, env.num_initial_states)))
+        conn.send(("ok", (env.observation_space, env.action_space, env.max_episode_steps,
+                          env.num_initial_states, tuple(env.progress_flags))))
     except BaseException as e:  # noqa: BLE001 - everything goes back to the parent
         conn.send(("error", _pack_error(e)))
         return
@@ -76,7 +76,8 @@ def _worker(index: int, env_fn: Callable[[], TaskEnv], conn: connection.Connecti
                     obs, reward, terminated, _, info = env.step(arg)
                     for k in keys:
                         views[k][index] = obs[k]
-                    conn.send(("ok", (float(reward), bool(terminated), bool(info["success"]))))
+                    conn.send(("ok", (float(reward), bool(terminated), bool(info["success"]),
+                                      tuple(bool(info[name]) for name in env.progress_flags))))
                 elif cmd == "reset":
                     obs, _ = env.reset(options={"state_id": int(arg)})
                     for k in keys:
@@ -158,7 +159,7 @@ class ProcessPoolBackend(BatchedBackend):
             specs = [self._recv(i, _STARTING, start_timeout_s) for i in range(self.num_envs)]
             check_same_spaces([s[:2] for s in specs])
             (self.single_observation_space, self.single_action_space,
-             self.max_episode_steps, self.num_initial_states) = specs[0]
+             self.max_episode_steps, self.num_initial_states, self.progress_flags) = specs[0]
             self._keys = array_keys(self.single_observation_space)
             layout = {}
             for k in self._keys:
@@ -305,10 +306,12 @@ class ProcessPoolBackend(BatchedBackend):
         dead = self._send_all(ids, [("step", actions[i]) for i in ids], "stepping")
         answers, crashed = self._gather_crashes(ids, "stepping", dead)
         reward, terminated, success = np.zeros(n, np.float32), np.zeros(n, bool), np.zeros(n, bool)
+        info = {name: np.zeros(n, bool) for name in self.progress_flags}
         for i, answer in zip(ids, answers):
             if answer is not None:
-                reward[i], terminated[i], success[i] = answer
-        info = {}
+                reward[i], terminated[i], success[i], flags = answer
+                for name, flag in zip(self.progress_flags, flags):
+                    info[name][i] = flag
         if crashed:
             info["crashed"] = np.zeros(n, bool)
             info["crashed"][crashed] = True

@@ -41,6 +41,7 @@ class SerialBackend(BatchedBackend):
         self.single_action_space = first.action_space
         self.max_episode_steps = first.max_episode_steps
         self.num_initial_states = first.num_initial_states
+        self.progress_flags = tuple(first.progress_flags)
         self._keys = array_keys(self.single_observation_space)
         self._last = {k: np.zeros((self.num_envs,) + self.single_observation_space[k].shape,
                                   self.single_observation_space[k].dtype) for k in self._keys}
@@ -57,12 +58,15 @@ class SerialBackend(BatchedBackend):
     def step(self, actions: np.ndarray, active: np.ndarray) -> StepResult:
         n = self.num_envs
         reward, terminated, success = np.zeros(n, np.float32), np.zeros(n, bool), np.zeros(n, bool)
+        progress = {name: np.zeros(n, bool) for name in self.progress_flags}
         for i in np.flatnonzero(active):
             obs, r, term, _, info = self.envs[i].step(actions[i])
             for k in self._keys:
                 self._last[k][i] = obs[k]
             reward[i], terminated[i], success[i] = r, term, bool(info["success"])
-        return StepResult(self._last, reward, terminated, success)
+            for name, flags in progress.items():
+                flags[i] = bool(info[name])
+        return StepResult(self._last, reward, terminated, success, progress)
 
     def call(self, env_index: int, method: str, *args, **kwargs):
         """Call ``method`` on one ``TaskEnv`` (same as ``ProcessPoolBackend.call``)."""

@@ -19,6 +19,8 @@ class TaskEnv(gym.Env):
     Subclasses set:
         max_episode_steps: the task's time limit (applied by the vector env).
         num_initial_states: initial-state ids are ``0..num_initial_states-1``.
+        progress_flags: optional sub-goal names; ``step`` then returns each in its info as a
+            bool (see ``BatchedBackend.progress_flags``).
 
     ``reset(seed=..., options={"state_id": k})`` must put the env in initial state ``k``
     deterministically; ``step`` returns ``info["success"]`` (bool) and ``truncated`` False.
@@ -26,6 +28,7 @@ class TaskEnv(gym.Env):
 
     max_episode_steps: int
     num_initial_states: int
+    progress_flags: tuple[str, ...] = ()
 
     @staticmethod
     def state_id_from(seed: int | None, options: dict[str, Any] | None) -> int:

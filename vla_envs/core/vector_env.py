@@ -28,7 +28,7 @@ from vla_envs.errors import ClosedEnvError
 ChunkReset = Literal["end_of_chunk", "immediate"]
 OutOfRange = Literal["clip", "raise"]
 _RESET_OPTIONS = ("reset_mask", "state_ids")
-EPISODE_METRICS = ("success_once", "success_at_end", "return", "length")
+EPISODE_METRICS = ("success_once", "success_at_end", "return", "length")  # plus <flag>_once per progress flag
 _EXHAUSTED = -2  # drawn id meaning "no initial state left" (enumerate_initial_states)
 
 
@@ -166,6 +166,9 @@ class ChunkVectorEnv(VectorEnv, gym.Env):
         self._return = np.zeros(n, np.float64)
         self._success_once = np.zeros(n, bool)
         self._last_success = np.zeros(n, bool)
+        self.progress_flags: tuple[str, ...] = tuple(getattr(backend, "progress_flags", ()))
+        self.episode_metrics = EPISODE_METRICS + tuple(f"{name}_once" for name in self.progress_flags)
+        self._progress_once = {name: np.zeros(n, bool) for name in self.progress_flags}
         self._state_id = np.full(n, -1, np.int64)
         self.first_env_index = int(first_env_index)
         self.enumerate_initial_states = enumerate_initial_states is not False
@@ -316,20 +319,25 @@ class ChunkVectorEnv(VectorEnv, gym.Env):
         self._return[env_ids] = 0.0
         self._success_once[env_ids] = False
         self._last_success[env_ids] = False
+        for once in self._progress_once.values():
+            once[env_ids] = False
 
     # ------------------------------------------------------------------ stepping
     def step(self, actions: Any) -> tuple[dict[str, Any], np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """One action per env: ``actions`` float ``[N, 7]``.
 
         Returns:
-            ``(obs, rewards[N], terminated[N], truncated[N], info)``. ``info["success"]`` is
-            bool ``[N]``; finished episodes' metrics are in ``info["episode"]`` (mask
-            ``info["_episode"]``).
+            ``(obs, rewards[N], terminated[N], truncated[N], info)``. ``info["success"]``
+            and each of the task's ``progress_flags`` (``info["grasped"]``) are bool ``[N]``.
+            Finished episodes' metrics (``env.episode_metrics``: success_once,
+            success_at_end, return, length and ``<flag>_once`` per progress flag) are in
+            ``info["episode"]`` (mask ``info["_episode"]``).
         """
         actions = self._check_actions(actions, chunked=False)
         out = self._run_chunk(actions[:, None, :])
         info = out.info
-        info["success"] = info["success"][:, 0]
+        for key in ("success",) + self.progress_flags:
+            info[key] = info[key][:, 0]
         return out.obs, out.rewards[:, 0], out.terminated[:, 0], out.truncated[:, 0], info
 
     def chunk_step(self, actions: Any) -> ChunkStepResult:
@@ -339,7 +347,7 @@ class ChunkVectorEnv(VectorEnv, gym.Env):
             ``ChunkStepResult(obs, rewards[N, C], terminated[N, C], truncated[N, C],
             valid[N, C], info)``. Invalid sub-steps report reward 0 and False flags, except
             under ``chunk_reset="immediate"`` without skipping, where they report the new
-            episode's values. ``info["success"]`` is bool ``[N, C]``.
+            episode's values. ``info["success"]`` and each progress flag are bool ``[N, C]``.
         """
         return self._run_chunk(self._check_actions(actions, chunked=True))
 
@@ -355,9 +363,11 @@ class ChunkVectorEnv(VectorEnv, gym.Env):
         truncated = np.zeros((n, c), bool)
         valid = np.zeros((n, c), bool)
         success = np.zeros((n, c), bool)
+        progress = {name: np.zeros((n, c), bool) for name in self.progress_flags}
         in_chunk_episode = self._live.copy()  # the episode the chunk was planned for runs on
         finished = np.zeros(n, bool)
         episode = {k: np.zeros(n, dt) for k, dt in zip(EPISODE_METRICS, (bool, bool, np.float64, np.int64))}
+        episode |= {f"{name}_once": np.zeros(n, bool) for name in self.progress_flags}
         final_obs: dict[str, Any] = {k: np.zeros_like(v) for k, v in self._obs.items()}
         final_obs["instruction"] = [""] * n
         final_success = np.zeros(n, bool)
@@ -375,6 +385,9 @@ class ChunkVectorEnv(VectorEnv, gym.Env):
             self._return[idx] += result.reward[idx]
             self._success_once[idx] |= result.success[idx]
             self._last_success[idx] = result.success[idx]
+            for name, once in self._progress_once.items():
+                once[idx] |= result.info[name][idx]
+                progress[name][idx, j] = result.info[name][idx]
             rewards[idx, j] = result.reward[idx]
             success[idx, j] = result.success[idx]
             if not self.ignore_terminations:
@@ -401,7 +414,7 @@ class ChunkVectorEnv(VectorEnv, gym.Env):
             done = np.flatnonzero(finished)
             self._reset_envs(done, np.full(done.size, -1, np.int64))
 
-        info: dict[str, Any] = {"success": success, "state_id": self._state_id.copy()}
+        info: dict[str, Any] = {"success": success, **progress, "state_id": self._state_id.copy()}
         if truncated.any():
             info["truncation_reason"] = reason  # "time_limit" | "worker_crashed" ("" elsewhere)
         if finished.any():
@@ -421,6 +434,8 @@ class ChunkVectorEnv(VectorEnv, gym.Env):
                 final_success: np.ndarray, finished: np.ndarray) -> None:
         """Record metrics and the final observation of episodes ending now."""
         episode["success_once"][done] = self._success_once[done]
+        for name, once in self._progress_once.items():
+            episode[f"{name}_once"][done] = once[done]
         episode["success_at_end"][done] = self._last_success[done]
         episode["return"][done] = self._return[done]
         episode["length"][done] = self._elapsed[done]

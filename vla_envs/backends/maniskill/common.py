@@ -133,6 +133,20 @@ def to_numpy(x: Any) -> np.ndarray:
     return x.detach().cpu().numpy() if hasattr(x, "detach") else np.asarray(x)
 
 
+# our progress flag -> the key ManiSkill tasks' evaluate() reports it under
+PROGRESS_INFO_KEYS = {"grasped": "is_grasped"}
+
+
+def progress_flags(info: dict[str, Any]) -> tuple[str, ...]:
+    """The progress flags a task reports, read from a reset's or step's ``info``."""
+    return tuple(name for name, key in PROGRESS_INFO_KEYS.items() if key in info)
+
+
+def progress_values(info: dict[str, Any], flags: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """Each flag's bool ``[B]`` from a batched step's ``info``."""
+    return {name: to_numpy(info[PROGRESS_INFO_KEYS[name]]).reshape(-1).astype(bool) for name in flags}
+
+
 def convert_obs(raw: dict[str, Any]) -> dict[str, np.ndarray]:
     """ManiSkill's batched rgb observation -> ``image`` uint8 [B, H, W, 3] and
     ``state`` float32 [B, S] = (robot qpos, TCP pose as xyz + wxyz quaternion)."""

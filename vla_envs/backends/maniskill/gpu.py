@@ -10,6 +10,8 @@ from vla_envs.backends.maniskill.common import (
     convert_obs,
     episode_space,
     make_maniskill_env,
+    progress_flags,
+    progress_values,
     registered_max_steps,
     reset_kwargs,
     to_maniskill_action,
@@ -35,7 +37,8 @@ class ManiSkillGPUBackend(BatchedBackend):
         self._env = make_maniskill_env(task, num_envs, "physx_cuda", image_hw, reward_mode, obs_mode,
                                        register_module, **env_kwargs)
         self.num_initial_states = episode_space(self._env.unwrapped)
-        raw, _ = self._env.reset(**reset_kwargs(self._env.unwrapped, list(range(num_envs))))
+        raw, info = self._env.reset(**reset_kwargs(self._env.unwrapped, list(range(num_envs))))
+        self.progress_flags = progress_flags(info)
         obs = convert_obs(raw)
         self.single_observation_space = make_observation_space(obs["image"].shape[1:3], obs["state"].shape[-1])
         self.single_action_space = make_action_space()
@@ -59,7 +62,7 @@ class ManiSkillGPUBackend(BatchedBackend):
         n = self.num_envs
         success = to_numpy(info["success"]).astype(bool) if "success" in info else np.zeros(n, bool)
         return StepResult(convert_obs(raw), to_numpy(reward).astype(np.float32),
-                          to_numpy(terminated).astype(bool), success)
+                          to_numpy(terminated).astype(bool), success, progress_values(info, self.progress_flags))
 
     def close(self) -> None:
         self._env.close()

@@ -10,6 +10,8 @@ from vla_envs.backends.maniskill.common import (
     convert_obs,
     episode_space,
     make_maniskill_env,
+    progress_flags,
+    progress_values,
     registered_max_steps,
     reset_kwargs,
     to_maniskill_action,
@@ -47,7 +49,8 @@ class ManiSkillTaskEnv(TaskEnv):
         self._env = make_maniskill_env(task, 1, "physx_cpu", image_hw, reward_mode, obs_mode,
                                        register_module, **env_kwargs)
         self.num_initial_states = episode_space(self._env.unwrapped)
-        raw, _ = self._env.reset(**reset_kwargs(self._env.unwrapped, [0]))
+        raw, info = self._env.reset(**reset_kwargs(self._env.unwrapped, [0]))
+        self.progress_flags = progress_flags(info)
         obs = convert_obs(raw)
         self.observation_space = make_observation_space(obs["image"].shape[1:3], obs["state"].shape[-1])
         self.action_space = make_action_space()
@@ -65,8 +68,9 @@ class ManiSkillTaskEnv(TaskEnv):
     def step(self, action: np.ndarray):
         raw, reward, terminated, _, info = self._env.step(to_maniskill_action(action)[None])
         success = bool(to_numpy(info["success"]).reshape(-1)[0]) if "success" in info else False
+        progress = {name: bool(v[0]) for name, v in progress_values(info, self.progress_flags).items()}
         return (self._obs(raw), float(to_numpy(reward).reshape(-1)[0]),
-                bool(to_numpy(terminated).reshape(-1)[0]), False, {"success": success})
+                bool(to_numpy(terminated).reshape(-1)[0]), False, {"success": success, **progress})
 
     def expert_state(self) -> dict[str, np.ndarray]:
         """The task's privileged state for scripted experts (row 0 of its batch of one)."""

@@ -90,28 +90,33 @@ def ood_table(rows: list[dict], header: str) -> tuple[dict, str]:
 
     Args:
         rows: one dict per variant with ``env_id``, ``category``, ``success_once``, ``success_at_end``
-            and optionally ``success_once_ci95`` (low, high), shown after success_once.
+            and optionally ``success_once_ci95`` (low, high), shown after success_once, and
+            ``grasped_once`` (partial success), a column when every row has it.
         header: the first line (which policy, which asset pack, how many episodes).
 
     Returns:
         ``(averages, markdown)``; averages per category and over all OOD variants (``ood_all``),
-        each with ``success_once`` and ``success_at_end``.
+        each with ``success_once`` and ``success_at_end`` (and ``grasped_once``).
     """
     import numpy as np
 
+    metrics = ("success_once", "success_at_end") + (
+        ("grasped_once",) if rows and all("grasped_once" in r for r in rows) else ())
     averages = {}
     for cat in CATEGORIES:
         sel = [r for r in rows if r["category"] == cat]
         if sel:
-            averages[cat] = {k: float(np.mean([r[k] for r in sel])) for k in ("success_once", "success_at_end")}
+            averages[cat] = {k: float(np.mean([r[k] for r in sel])) for k in metrics}
     ood = [r for r in rows if r["category"] in CATEGORIES]
     if ood:
-        averages["ood_all"] = {k: float(np.mean([r[k] for r in ood])) for k in ("success_once", "success_at_end")}
-    lines = [header, "", "| variant | category | success_once | success_at_end |", "|---|---|---|---|"]
-    def once(r: dict) -> str:
-        ci = r.get("success_once_ci95")
-        return f"{r['success_once']:.3f}" + (f" (95 % CI {ci[0]:.3f}-{ci[1]:.3f})" if ci else "")
+        averages["ood_all"] = {k: float(np.mean([r[k] for r in ood])) for k in metrics}
+    lines = [header, "", "| variant | category | " + " | ".join(metrics) + " |", "|---|---|" + "---|" * len(metrics)]
 
-    lines += [f"| {r['env_id']} | {r['category']} | {once(r)} | {r['success_at_end']:.3f} |" for r in rows]
-    lines += [f"| **{c} average** | | {v['success_once']:.3f} | {v['success_at_end']:.3f} |" for c, v in averages.items()]
+    def cell(r: dict, k: str) -> str:
+        ci = r.get(f"{k}_ci95")
+        return f"{r[k]:.3f}" + (f" (95 % CI {ci[0]:.3f}-{ci[1]:.3f})" if ci else "")
+
+    lines += [f"| {r['env_id']} | {r['category']} | " + " | ".join(cell(r, k) for k in metrics) + " |" for r in rows]
+    lines += [f"| **{c} average** | | " + " | ".join(f"{v[k]:.3f}" for k in metrics) + " |"
+              for c, v in averages.items()]
     return averages, "\n".join(lines)
