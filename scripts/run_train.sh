@@ -52,7 +52,9 @@ echo "== 3/3 held-out evaluation of the warm start and the PPO policy"
 import json, sys
 out = sys.argv[1]
 rows = {s: json.load(open(f"{out}/eval_{s}/eval.json"))["rows"][0] for s in ("warm_start", "ppo")}
-for key in ("success_once", "success_at_end", "return"):
+for key in ("success_once", "success_at_end", "grasped_once", "return"):
+    if key not in rows["ppo"]:
+        continue
     a, b = rows["warm_start"][key], rows["ppo"][key]
     scale, unit = (100, "%") if key != "return" else (1, "")
     print(f"{key:15s} warm start {scale * a:6.2f}{unit}  ->  PPO {scale * b:6.2f}{unit}  ({scale * (b - a):+.2f})")

@@ -68,6 +68,7 @@ def test_two_iterations_learn_log_and_checkpoint(recipe, extra, tmp_path):
         if recipe.startswith("cpu_ppo"):
             assert np.isfinite(r["critic/value_loss"])
     assert "eval/success_once" in records[0] and "eval/success_at_end" in per_iter[-1]
+    assert 0.0 <= per_iter[-1]["eval/grasped_once"] <= 1.0  # the task's partial success, logged beside it
     assert list((run / "tensorboard").glob("events.out.tfevents.*"))
     assert (run / "success_curve.png").stat().st_size > 0
 
