@@ -76,7 +76,8 @@ def read_metrics(run_dir: str | Path) -> list[dict]:
 
 
 def success_curve(records: list[dict], out_png: str | Path, title: str = "") -> Path | None:
-    """Plots eval success_once / success_at_end (and train success_once) against env steps."""
+    """Plots eval success_once / success_at_end (and grasped_once where the task reports it, and
+    train success_once) against env steps."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -89,6 +90,8 @@ def success_curve(records: list[dict], out_png: str | Path, title: str = "") -> 
     x = [r["env_steps"] for r in evals]
     ax.plot(x, [100 * r["eval/success_once"] for r in evals], "o-", label="eval success_once")
     ax.plot(x, [100 * r["eval/success_at_end"] for r in evals], "s--", label="eval success_at_end")
+    if all("eval/grasped_once" in r for r in evals):
+        ax.plot(x, [100 * r["eval/grasped_once"] for r in evals], "^:", label="eval grasped_once (partial)")
     train = [r for r in records if "train/success_once" in r]
     if train:
         ax.plot([r["env_steps"] for r in train], [100 * r["train/success_once"] for r in train], ".",
