@@ -59,6 +59,9 @@ def test_chunks_truncate_auto_reset_and_keep_final_obs(env):
     assert second.valid.tolist() == [[True, True, False, False]] * N
     assert (second.rewards[:, 2:] == 0).all()
     assert second.info["_final_obs"].all() and (second.info["episode"]["length"] == MAX_STEPS).all()
+    # PickCube's is_grasped comes through the worker pool as the contract's progress flag
+    assert env.progress_flags == ("grasped",) and second.info["grasped"].shape == (N, C)
+    assert second.info["episode"]["grasped_once"].dtype == bool
     assert not np.array_equal(second.info["final_obs"]["image"], second.obs["image"])
     # the auto-reset observation is exactly the initial state its id names
     ids = second.info["state_id"]
@@ -103,6 +106,7 @@ def test_gpu_batched_backend_in_process():
         out = env.chunk_step(np.zeros((8, C, 7), np.float32))
         out = env.chunk_step(np.zeros((8, C, 7), np.float32))
         assert out.truncated[:, 1].all() and out.info["_final_obs"].all()
+        assert env.progress_flags == ("grasped",) and not out.info["episode"]["grasped_once"].any()  # never closed
     finally:
         env.close()
 
