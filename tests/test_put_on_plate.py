@@ -652,3 +652,42 @@ def test_every_variant_makes_resets_and_steps(asset_root, monkeypatch):
                 assert float(torch.linalg.norm(moved[:2] - start[:2])) > 0.03
         finally:
             env.close()
+
+
+def test_reach_report_bands_count_each_episode_once():
+    from vla_trainer.reach_report import by_closest_lateral, markdown
+
+    rows = [{"closest_lateral_cm": d, "lateral_at_lowest_cm": d + 1, "lowest_height_cm": 0.5, "grasped": d < 2,
+             "success": d < 1} for d in (0.2, 1.0, 1.5, 4.0, 30.0)]
+    bands = {tuple(b["band_cm"]): (b["episodes"], b["grasped"], b["success"]) for b in by_closest_lateral(rows)}
+    assert bands[(0, 1)] == (1, 1, 1) and bands[(1, 2)] == (2, 2, 0) and bands[(3, 5)] == (1, 0, 0)
+    assert bands[(10, float("inf"))] == (1, 0, 0) and sum(e for e, _, _ in bands.values()) == 5
+    text = markdown(rows, "h")
+    assert "| >= 10 cm | 1 | 0 | 0 |" in text and "grasped (3): median closest sideways approach 1.0 cm" in text
+
+
+@pytest.mark.slow
+@pytest.mark.maniskill
+def test_reach_report_cli_measures_each_episode(asset_root, tmp_path, monkeypatch, capsys):
+    """``vla-train reach-report`` on a random tiny policy: one row per episode with the gripper's
+    closest sideways approach no farther than its offset at its lowest point; bad counts refused."""
+    import os
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from vla_trainer.checkpoint import save_model
+    from vla_trainer.cli import main as vla_train
+    from vla_trainer.models import VLAPolicy, build_model
+
+    monkeypatch.setenv("VLA_ENVS_ASSET_DIR", str(asset_root))
+    save_model(VLAPolicy(*build_model("tiny-openvla-oft", seed=0)), tmp_path / "model")
+    common = ["reach-report", "--checkpoint", str(tmp_path / "model"), "--vectorization", "serial",
+              "--env-kwargs", json.dumps({"low_poly": True, "time_limit": 8})]
+    assert vla_train(common + ["--num-envs", "1", "--num-episodes", "2", "--out", str(tmp_path / "reach")]) == 0
+    report = json.loads((tmp_path / "reach" / "reach.json").read_text())
+    assert len(report["episodes"]) == 2
+    for row in report["episodes"]:
+        assert 0 <= row["closest_lateral_cm"] <= row["lateral_at_lowest_cm"] < 100
+        assert np.isfinite(row["lowest_height_cm"]) and isinstance(row["grasped"], bool)
+    assert "| closest sideways approach | episodes | grasped | success |" in (tmp_path / "reach" / "reach.md").read_text()
+    assert vla_train(common + ["--num-envs", "2", "--num-episodes", "3"]) == 2
+    assert "must be a multiple of --num-envs" in capsys.readouterr().err

@@ -204,6 +204,48 @@ def cmd_collect_corrections(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_reach_report(args: argparse.Namespace) -> int:
+    import os
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from vla_trainer.build import make_env
+    from vla_trainer.config.schema import EnvSplitConfig
+    from vla_trainer.models import VLAModelError, VLAPolicy
+    from vla_trainer.reach_report import markdown, reach_report
+
+    try:
+        env_kwargs = json.loads(args.env_kwargs)
+    except ValueError as e:
+        print(f"error: --env-kwargs is not a JSON object: {e}", file=sys.stderr)
+        return 2
+    if args.num_episodes % args.num_envs:
+        print(f"error: --num-episodes ({args.num_episodes}) must be a multiple of --num-envs ({args.num_envs})",
+              file=sys.stderr)
+        return 2
+    try:
+        model, tokenizer = load_init_checkpoint(args.checkpoint, flag="--checkpoint")
+        policy = VLAPolicy(model, tokenizer)
+        split = EnvSplitConfig(task=args.task, total_num_envs=args.num_envs, ignore_terminations=True,
+                               vectorization=args.vectorization, env_kwargs=env_kwargs)
+        env = make_env(split, policy.config.image_size, evaluation=True)
+        try:
+            rows = reach_report(env, policy, args.num_episodes, seed=args.seed, temperature=args.temperature)
+        finally:
+            env.close()
+    except (FileNotFoundError, ValueError, KeyError, VLAModelError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    table = markdown(rows, f"checkpoint: {args.checkpoint}; {args.task}; {args.num_episodes} episodes; "
+                           f"temperature {args.temperature}; seed {args.seed}")
+    print(table)
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "reach.md").write_text(table + "\n")
+        (args.out / "reach.json").write_text(json.dumps({"checkpoint": str(args.checkpoint), "env_kwargs": env_kwargs,
+                                                         "episodes": rows}, indent=1))
+    return 0
+
+
 def cmd_rl(args: argparse.Namespace) -> int:
     import os
 
@@ -255,7 +297,7 @@ def cmd_recipes(args: argparse.Namespace) -> int:
     return 0
 
 
-SUBCOMMANDS = ("rl", "sft", "pretrain-vision", "sft-report", "collect-corrections", "recipes")
+SUBCOMMANDS = ("rl", "sft", "pretrain-vision", "sft-report", "reach-report", "collect-corrections", "recipes")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -318,6 +360,18 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--steps", default="0,1,3", help="episode steps, comma-separated (default: %(default)s)")
     q.add_argument("--json", type=Path, default=None, help="also write the report as JSON")
     q.set_defaults(func=cmd_sft_report)
+    m = sub.add_parser("reach-report", help="how far a policy's reach misses the object, per episode, "
+                                            "on vla-eval's episodes (PutOnPlate tasks)")
+    m.add_argument("--checkpoint", type=Path, required=True, help="model or checkpoint folder")
+    m.add_argument("--task", default="PutOnPlateInScene25Main-v3", help="a task with expert_state and a grasp flag")
+    m.add_argument("--num-episodes", type=positive_int, default=32)
+    m.add_argument("--num-envs", type=positive_int, default=4)
+    m.add_argument("--seed", type=int, default=0, help="as vla-eval's --seed: the same seed runs the same episodes")
+    m.add_argument("--temperature", type=positive_float, default=0.6)
+    m.add_argument("--env-kwargs", default="{}", help="JSON of extra gym.make arguments")
+    m.add_argument("--vectorization", default="pool", choices=("pool", "serial"))
+    m.add_argument("--out", type=Path, default=None, help="also write reach.md and reach.json here")
+    m.set_defaults(func=cmd_reach_report)
     k = sub.add_parser("collect-corrections",
                        help="demos from the policy's own states: it starts each episode, the scripted expert "
                             "takes over and finishes it (only the expert's part is recorded)")

@@ -1,0 +1,96 @@
+"""``vla-train reach-report``: where a policy's gripper goes relative to the object, per episode.
+
+It runs the same episodes as ``vla-eval`` (same seeds, same sampling, so the same grasps and
+successes) one action at a time and reads the task's privileged state (``expert_state``: TCP
+and object poses) before every action. For each episode it reports how close the gripper came
+to the object sideways, how far off sideways it was at its lowest point before any grasp, and
+whether the object was grasped and the task solved. Where ``grasped_once`` says *that* a policy
+fails at the grasp, this says by how much its reach misses.
+
+Needs a task with ``expert_state`` (the PutOnPlateInScene25 family) on a CPU backend (the
+worker pool or serial), whose envs can be queried one by one.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from vla_trainer.evaluation import round_seed
+
+LATERAL_BINS_CM = (0, 1, 2, 3, 5, 10, float("inf"))
+
+
+@torch.no_grad()
+def reach_report(env, policy, num_episodes: int, *, seed: int = 0, temperature: float = 0.6) -> list[dict]:
+    """One dict per episode: ``closest_lateral_cm`` (smallest TCP-object distance in the table
+    plane), ``lateral_at_lowest_cm`` and ``lowest_height_cm`` (TCP height above the object's
+    origin at the lowest point before a grasp), ``grasped``, ``success``.
+
+    ``env``: made like ``vla-eval``'s (``auto_reset=False``, episodes to the time limit).
+
+    Raises:
+        ValueError: ``num_episodes`` is not a positive multiple of ``env.num_envs``, or the env
+            reports no grasp or cannot report the privileged state per env.
+    """
+    n = env.num_envs
+    if num_episodes < 1 or num_episodes % n:
+        raise ValueError(f"num_episodes={num_episodes} must be a positive multiple of num_envs={n}")
+    if "grasped" not in getattr(env, "progress_flags", ()):
+        raise ValueError("the env reports no grasp (progress flag 'grasped'); reach-report needs a ManiSkill task")
+    if not hasattr(env.backend, "call"):
+        raise ValueError(f"{type(env.backend).__name__} cannot query one env's state; use the worker pool or serial")
+    generator = torch.Generator().manual_seed(seed)
+    rows: list[dict] = []
+    for r in range(num_episodes // n):
+        obs, _ = env.reset(seed=round_seed(seed, r))
+        closest = np.full(n, np.inf)
+        lowest, lateral_at_lowest = np.full(n, np.inf), np.full(n, np.nan)
+        grasped, success, finished = np.zeros(n, bool), np.zeros(n, bool), np.zeros(n, bool)
+        while not finished.all():
+            actions = policy.act(obs, temperature=temperature, generator=generator).actions.cpu().numpy()
+            for j in range(actions.shape[1]):
+                for i in np.flatnonzero(~finished):
+                    state = env.backend.call(int(i), "expert_state")
+                    lateral = float(np.linalg.norm(state["tcp"][:2] - state["object"][:2]))
+                    height = float(state["tcp"][2] - state["object"][2])
+                    closest[i] = min(closest[i], lateral)
+                    if not grasped[i] and height < lowest[i]:
+                        lowest[i], lateral_at_lowest[i] = height, lateral
+                out = env.chunk_step(actions[:, j:j + 1])
+                grasped |= out.info["grasped"][:, 0] & ~finished
+                success |= out.info["success"][:, 0] & ~finished
+                if "episode" in out.info:
+                    finished |= out.info["_episode"]
+                obs = out.obs
+                if finished.all():
+                    break
+        rows += [{"closest_lateral_cm": 100 * closest[i], "lateral_at_lowest_cm": 100 * lateral_at_lowest[i],
+                  "lowest_height_cm": 100 * lowest[i], "grasped": bool(grasped[i]), "success": bool(success[i])}
+                 for i in range(n)]
+    return rows
+
+
+def by_closest_lateral(rows: list[dict]) -> list[dict]:
+    """Episodes, grasps and successes per band of ``closest_lateral_cm``."""
+    bands = []
+    for low, high in zip(LATERAL_BINS_CM, LATERAL_BINS_CM[1:]):
+        sel = [r for r in rows if low <= r["closest_lateral_cm"] < high]
+        bands.append({"band_cm": [low, high], "episodes": len(sel), "grasped": sum(r["grasped"] for r in sel),
+                      "success": sum(r["success"] for r in sel)})
+    return bands
+
+
+def markdown(rows: list[dict], header: str) -> str:
+    """The per-band table, with medians of grasped and other episodes."""
+    lines = [header, "", "| closest sideways approach | episodes | grasped | success |", "|---|---|---|---|"]
+    for b in by_closest_lateral(rows):
+        low, high = b["band_cm"]
+        band = f"{low:g}-{high:g} cm" if np.isfinite(high) else f">= {low:g} cm"
+        lines.append(f"| {band} | {b['episodes']} | {b['grasped']} | {b['success']} |")
+    for name, sel in (("grasped", [r for r in rows if r["grasped"]]), ("not grasped", [r for r in rows if not r["grasped"]])):
+        if sel:
+            lines.append(f"\n{name} ({len(sel)}): median closest sideways approach "
+                         f"{np.median([r['closest_lateral_cm'] for r in sel]):.1f} cm, median sideways offset at "
+                         f"the lowest point {np.nanmedian([r['lateral_at_lowest_cm'] for r in sel]):.1f} cm")
+    return "\n".join(lines)
