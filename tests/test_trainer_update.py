@@ -149,6 +149,46 @@ def test_an_update_without_signal_takes_no_optimizer_step(overrides, skipped):
     assert metrics.get("actor/no_signal", 0.0) == float(skipped)
 
 
+@pytest.mark.parametrize("logprob_type", ["token_level", "chunk_level"])
+def test_grpo_update_skips_samples_without_advantage_and_gets_the_same_step(logprob_type, monkeypatch):
+    """Two GRPO groups, one whose trajectories scored alike (advantage 0): the update runs the
+    forward-backward passes on the other group's samples only, and takes the step that passes over
+    every sample take."""
+    import vla_trainer.update as update
+
+    cfg = load_config("cpu_grpo_tiny_put_on_plate", ["env.train.total_num_envs=4", "actor.global_batch_size=8",
+                                                     "actor.micro_batch_size=2",
+                                                     f"algorithm.logprob_type={logprob_type}"])
+    results, evaluated = [], []
+    for skip in (True, False):
+        policy = policy_for(*tiny())
+        rollout = synthetic_rollout(policy, N=4)
+        rollout.rewards[:, 2:] = 0.0  # group (2, 3): both score 0, advantage 0
+        targets = compute_targets(rollout, cfg.algorithm, group_size=2)
+        assert targets.advantages[:, 2:].abs().sum() == 0 and targets.advantages[:, :2].abs().sum() > 0
+        if not skip:
+            monkeypatch.setattr(update, "contributing_samples", lambda targets, alg: None)
+        count = [0]
+        evaluate = policy.evaluate
+        def counting(inputs, *a, **kw):
+            count[0] += len(inputs.pixel_values)
+            return evaluate(inputs, *a, **kw)
+        policy.evaluate = counting
+        opt, params = make_optimizer(policy, cfg)
+        before = _params(policy)
+        metrics = update_policy(policy, opt, params, rollout, targets, cfg, 0, torch.Generator().manual_seed(0))
+        results.append(_params(policy))
+        evaluated.append(count[0])
+        if skip:
+            # env 1 ends in chunk 0, so its chunk 1 is masked: 3 of the 8 samples count
+            assert metrics["actor/sample_fraction"] == pytest.approx(3 / 8)
+    assert any(not torch.equal(before[k], results[0][k]) for k in before)
+    for k in before:
+        torch.testing.assert_close(results[0][k], results[1][k], rtol=1e-4, atol=1e-6)
+    epochs = cfg.algorithm.update_epoch
+    assert evaluated == [3 * epochs, 8 * epochs]
+
+
 def test_concatenated_rollouts_are_one_rollout_of_more_envs():
     policy = policy_for(*tiny(value_type="chunk_level"))
     a, b = synthetic_rollout(policy, seed=1), synthetic_rollout(policy, seed=2)

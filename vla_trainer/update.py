@@ -12,7 +12,10 @@ Granularities (see ``vla_trainer.algorithms.granularity``): log-probs are reduce
 ``logprob_type`` (``[b]``, ``[b, C]`` or ``[b, C, A]``); advantages and masks at the reward
 granularity are broadcast to them; tokens of sub-steps that did not belong to the chunk's episode
 never count. An update whose loss is zero for every parameter (``has_learning_signal``) takes
-no optimizer step.
+no optimizer step. When the loss is the policy term alone (GRPO), a sample whose advantage is 0
+wherever it counts adds exactly 0 to the gradient; ``contributing_samples`` leaves such samples
+out of the forward-backward passes (and a global batch with none of them takes no step), which
+is most of a GRPO rollout whose groups mostly scored alike.
 """
 
 from __future__ import annotations
@@ -90,6 +93,23 @@ def has_learning_signal(targets: Targets, alg) -> bool:
     return bool((targets.advantages.abs() * targets.mask).sum() > 0)
 
 
+def contributing_samples(targets: Targets, alg) -> torch.Tensor | None:
+    """Which samples can move the weights, as a bool ``[T * N]``; None when every sample can.
+
+    Only when the loss is the clipped policy term alone (no critic, entropy or KL term): its
+    gradient for a sample is its advantage times the ratio's gradient, so a sample with advantage
+    0 (or masked) wherever it counts contributes exactly 0. The global batch's denominators still
+    count every sample, so the gradient equals the one computed over all samples.
+
+    Shapes:
+        targets.advantages, targets.mask: ``[T, N]`` or ``[T, N, C]``.
+    """
+    if alg.loss_type == "actor_critic" or alg.entropy_bonus != 0 or alg.kl_beta > 0:
+        return None
+    signal = targets.advantages.abs() * targets.mask
+    return signal.reshape(signal.shape[0] * signal.shape[1], -1).sum(-1) > 0
+
+
 def update_policy(policy: VLAPolicy, optimizer: torch.optim.Optimizer, params: list[torch.nn.Parameter],
                   rollout: Rollout, targets: Targets, cfg: TrainConfig, iteration: int,
                   generator: torch.Generator, ref_policy: VLAPolicy | None = None, *,
@@ -119,6 +139,7 @@ def update_policy(policy: VLAPolicy, optimizer: torch.optim.Optimizer, params: l
         # the gradient would be exactly zero; an optimizer step would only replay Adam's momentum
         return {"actor/trained": 0.0, "actor/no_signal": 1.0}
     use_critic = alg.loss_type == "actor_critic"
+    contributes = contributing_samples(targets, alg)  # [B] or None
     C = rollout.rewards.shape[-1]
     logs: dict[str, list[float]] = defaultdict(list)
     flat = lambda x: x.reshape(B, *x.shape[2:])  # noqa: E731  [T, N, ...] -> [B, ...]
@@ -134,10 +155,14 @@ def update_policy(policy: VLAPolicy, optimizer: torch.optim.Optimizer, params: l
             denom_tok = max(float(fields[5].sum()), 1e-8)
             value_mask = targets.mask[fields[0], fields[1]]
             denom_v = max(float(value_mask.sum()), 1e-8)
+            # every rank holds the same targets, so all agree on what to skip (no collective hangs)
+            work = batch if contributes is None else batch[contributes[batch]]
+            if len(work) == 0:
+                continue  # a zero gradient: an optimizer step would only replay Adam's momentum
             optimizer.zero_grad(set_to_none=True)
             bad = None
-            for m0 in range(rank * M, G, M * world_size):
-                idx = batch[m0:m0 + M]
+            for m0 in range(rank * M, len(work), M * world_size):
+                idx = work[m0:m0 + M]
                 t, n, valid, mask, weights, token_mask = _batch_fields(rollout, targets, idx, alg.logprob_type)
                 inputs = policy.prepare(rollout.obs(t.numpy(), n.numpy()))
                 ev = _on_cpu(policy.evaluate(inputs, tokens_all[idx].to(policy.device),
@@ -152,7 +177,7 @@ def update_policy(policy: VLAPolicy, optimizer: torch.optim.Optimizer, params: l
                                          clip_high=alg.clip_ratio_high, weights=weights, denominator=denom_pi)
                     ent = entropy_bonus(ev.entropy, token_mask, coef=alg.entropy_bonus, denominator=denom_tok)
                     loss = loss + pl.loss + ent.loss
-                    scale = M / G  # diagnostics are per micro-batch means; weight them to the global batch
+                    scale = len(idx) / len(work)  # per micro-batch means, weighted to the samples trained on
                     logs["actor/clipfrac"].append(float(pl.clipfrac) * scale)
                     logs["actor/approx_kl"].append(float(pl.approx_kl) * scale)
                     logs["actor/ratio_max"].append(float(pl.ratio_max))
@@ -172,7 +197,7 @@ def update_policy(policy: VLAPolicy, optimizer: torch.optim.Optimizer, params: l
                                     clip=alg.value_clip, huber_delta=alg.huber_delta, denominator=denom_v)
                     loss = loss + alg.value_loss_coef * vl.loss
                     logs["critic/value_loss"].append(vl.loss.item())
-                    logs["critic/value_clipfrac"].append(float(vl.clipfrac) * M / G)
+                    logs["critic/value_clipfrac"].append(float(vl.clipfrac) * len(idx) / len(work))
                 if not torch.isfinite(loss):
                     bad = (f"the loss became {float(loss.detach())} at iteration {iteration} (policy/value terms: "
                            f"{ {k: v[-1] for k, v in logs.items() if v} }); no optimizer step was taken")
@@ -207,6 +232,8 @@ def update_policy(policy: VLAPolicy, optimizer: torch.optim.Optimizer, params: l
         summed = key in SUMMED_METRICS
         out[key] = sum(vals) / steps if summed else (max(vals) if key.endswith("_max") else sum(vals) / len(vals))
     out["actor/trained"] = float(train_actor)
+    if contributes is not None:  # the share of the rollout's samples the passes ran on
+        out["actor/sample_fraction"] = float(contributes.float().mean())
     return out
 
 
