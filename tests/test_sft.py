@@ -347,3 +347,19 @@ def test_cli_sft_report_rejects_a_folder_without_a_model(demos, tmp_path, capsys
     assert cli_main(["sft-report", "--checkpoint", str(tmp_path), "--demos", str(demos)]) == 2
     err = capsys.readouterr().err
     assert "--checkpoint" in err and "not a checkpoint folder" in err
+
+
+def test_checkpoint_options_accept_a_training_checkpoint_and_a_run_folder(trained, demos, tmp_path, capsys):
+    """--checkpoint takes what vla-eval takes: the model folder, a training checkpoint holding it
+    (model/) or a run folder (its checkpoints/latest), and reads the same model from each."""
+    import shutil
+
+    model_dir = trained[2]
+    run = tmp_path / "run"
+    shutil.copytree(model_dir, run / "checkpoints" / "iter_000003" / "model")
+    (run / "checkpoints" / "latest").write_text("iter_000003\n")
+    reports = []
+    for folder in (model_dir, run / "checkpoints" / "iter_000003", run):
+        assert cli_main(["sft-report", "--checkpoint", str(folder), "--demos", str(demos), "--steps", "0"]) == 0
+        reports.append([ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("t=")])
+    assert reports[0] and reports[0] == reports[1] == reports[2]

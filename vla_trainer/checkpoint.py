@@ -131,6 +131,29 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
     return path if path.is_dir() else None
 
 
+def resolve_model_dir(path: str | Path) -> Path:
+    """The model folder that ``path`` names: a model folder itself (``vla-train sft --out``, a
+    shipped warm start), a training checkpoint (its ``model/``) or a run folder (its latest
+    checkpoint's ``model/``).
+
+    Raises:
+        FileNotFoundError: none of these, or LoRA adapters without a merged model.
+    """
+    path = Path(path)
+    if (path / "config.json").is_file():
+        return path
+    if (path / "model" / "config.json").is_file():
+        return path / "model"
+    latest = latest_checkpoint(path)
+    if latest is not None and (latest / "model" / "config.json").is_file():
+        return latest / "model"
+    if (path / "adapter_config.json").is_file() or (path / "model" / "adapter_config.json").is_file():
+        raise FileNotFoundError(f"{path} holds LoRA adapters only; export a merged model first "
+                                "(vla_trainer.models.export_merged) and use that")
+    raise FileNotFoundError(f"{path}: not a checkpoint folder: neither a model folder (config.json), a training "
+                            "checkpoint (model/) nor a run folder (checkpoints/latest)")
+
+
 def resolve_resume(resume_dir: str, run_dir: Path) -> Path:
     """The checkpoint folder ``runner.resume_dir`` names ("auto": the run's latest)."""
     if resume_dir == "auto":

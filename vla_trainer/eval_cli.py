@@ -26,24 +26,6 @@ import sys
 from pathlib import Path
 
 
-def resolve_model_dir(path: Path) -> Path:
-    """A model folder from a model folder, a training checkpoint or a run folder (its latest)."""
-    from vla_trainer.checkpoint import latest_checkpoint
-
-    if (path / "config.json").is_file():
-        return path
-    if (path / "model" / "config.json").is_file():
-        return path / "model"
-    latest = latest_checkpoint(path)
-    if latest is not None and (latest / "model" / "config.json").is_file():
-        return latest / "model"
-    if (path / "adapter_config.json").is_file() or (path / "model" / "adapter_config.json").is_file():
-        raise FileNotFoundError(f"{path} holds LoRA adapters only; export a merged model first "
-                                "(vla_trainer.models.export_merged) and evaluate that")
-    raise FileNotFoundError(f"{path}: not a model folder (config.json), a training checkpoint (model/) "
-                            "or a run folder (checkpoints/latest)")
-
-
 def evaluate_tasks(policy, tasks: list[str], args, asset_meta: dict) -> list[dict]:
     from vla_trainer.config.schema import EnvSplitConfig
     from vla_trainer.evaluation import evaluate_policy, wilson_interval
@@ -120,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
         return libero_main(args)
 
     try:
+        from vla_trainer.checkpoint import resolve_model_dir
+
         model_dir = resolve_model_dir(args.checkpoint)
         model, tokenizer = load_pretrained(model_dir)
         policy = VLAPolicy(model, tokenizer)
@@ -180,6 +164,8 @@ def libero_main(args) -> int:
         suites = libero_suites(args.libero)
         if not 1 <= args.trials_per_task <= INIT_STATES_PER_TASK:
             raise ValueError(f"--trials-per-task must be in 1..{INIT_STATES_PER_TASK}, got {args.trials_per_task}")
+        from vla_trainer.checkpoint import resolve_model_dir
+
         model_dir = resolve_model_dir(args.checkpoint)
         model, tokenizer = load_pretrained(model_dir)
         policy = VLAPolicy(model, tokenizer)
