@@ -238,13 +238,16 @@ def cmd_reach_report(args: argparse.Namespace) -> int:
     except (FileNotFoundError, ValueError, KeyError, VLAModelError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    table = markdown(rows, f"checkpoint: {args.checkpoint}; {args.task}; {args.num_episodes} episodes; "
+    from vla_trainer.checkpoint import resolve_model_dir
+
+    source = resolve_model_dir(args.checkpoint)  # the model folder read above, e.g. a run's latest checkpoint
+    table = markdown(rows, f"checkpoint: {source}; {args.task}; {args.num_episodes} episodes; "
                            f"temperature {args.temperature}; seed {args.seed}")
     print(table)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "reach.md").write_text(table + "\n")
-        (args.out / "reach.json").write_text(json.dumps({"checkpoint": str(args.checkpoint), "env_kwargs": env_kwargs,
+        (args.out / "reach.json").write_text(json.dumps({"checkpoint": str(source), "env_kwargs": env_kwargs,
                                                          "episodes": rows}, indent=1))
     return 0
 
