@@ -88,9 +88,8 @@ def has_learning_signal(targets: Targets, alg) -> bool:
     Shapes:
         targets.advantages, targets.mask: ``[T, N]`` or ``[T, N, C]``.
     """
-    if alg.loss_type == "actor_critic" or alg.entropy_bonus != 0 or alg.kl_beta > 0:
-        return True
-    return bool((targets.advantages.abs() * targets.mask).sum() > 0)
+    contributes = contributing_samples(targets, alg)
+    return contributes is None or bool(contributes.any())
 
 
 def contributing_samples(targets: Targets, alg) -> torch.Tensor | None:
