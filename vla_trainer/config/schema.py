@@ -53,7 +53,8 @@ class RunnerConfig:
     max_epochs: int = 100
     """Training iterations (one rollout + one update each)."""
     max_wall_minutes: Optional[float] = None
-    """Stop (after a checkpoint) once this much wall time has passed; None: no limit."""
+    """Stop (after a checkpoint) once the run has trained this long; None: no limit. The run's total,
+    counting the time before a resume: a resumed run of 60 minutes stopped at 40 trains 20 more."""
     val_check_interval: int = 10
     """Evaluate every N iterations (and before the first and after the last); -1: never."""
     save_interval: int = 10
