@@ -361,14 +361,16 @@ def build_parser() -> argparse.ArgumentParser:
                         "slots, weighted by this (default: 0, off; needs demos with scene poses)")
     p.set_defaults(func=cmd_sft)
     q = sub.add_parser("sft-report", help="where a warm start errs: action error per episode step and dimension")
-    q.add_argument("--checkpoint", type=Path, required=True, help="model folder, training checkpoint or run folder (its latest)")
+    q.add_argument("--checkpoint", type=Path, required=True,
+                   help="model folder, training checkpoint or run folder (its latest)")
     q.add_argument("--demos", type=Path, nargs="+", required=True, help="demo folder(s)")
     q.add_argument("--steps", default="0,1,3", help="episode steps, comma-separated (default: %(default)s)")
     q.add_argument("--json", type=Path, default=None, help="also write the report as JSON")
     q.set_defaults(func=cmd_sft_report)
     m = sub.add_parser("reach-report", help="how far a policy's reach misses the object, per episode, "
                                             "on vla-eval's episodes (PutOnPlate tasks)")
-    m.add_argument("--checkpoint", type=Path, required=True, help="model folder, training checkpoint or run folder (its latest)")
+    m.add_argument("--checkpoint", type=Path, required=True,
+                   help="model folder, training checkpoint or run folder (its latest)")
     m.add_argument("--task", default="PutOnPlateInScene25Main-v3", help="a task with expert_state and a grasp flag")
     m.add_argument("--num-episodes", type=positive_int, default=32)
     m.add_argument("--num-envs", type=positive_int, default=4)
@@ -381,7 +383,8 @@ def build_parser() -> argparse.ArgumentParser:
     k = sub.add_parser("collect-corrections",
                        help="demos from the policy's own states: it starts each episode, the scripted expert "
                             "takes over and finishes it (only the expert's part is recorded)")
-    k.add_argument("--checkpoint", type=Path, required=True, help="the policy: a model folder, training checkpoint or run folder")
+    k.add_argument("--checkpoint", type=Path, required=True,
+                   help="the policy: a model folder, training checkpoint or run folder")
     k.add_argument("--out", type=Path, required=True, help="demo folder to write (new)")
     k.add_argument("--env-id", default="PutOnPlateInScene25Main-v3", help="a task with a scripted expert")
     k.add_argument("--episodes", type=positive_int, default=100, help="episodes to run (default: %(default)s)")
