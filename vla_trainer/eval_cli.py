@@ -25,6 +25,8 @@ import os
 import sys
 from pathlib import Path
 
+from vla_trainer.checkpoint import resolve_model_dir  # stdlib only: keeps --help fast
+
 
 def evaluate_tasks(policy, tasks: list[str], args, asset_meta: dict) -> list[dict]:
     from vla_trainer.config.schema import EnvSplitConfig
@@ -102,8 +104,6 @@ def main(argv: list[str] | None = None) -> int:
         return libero_main(args)
 
     try:
-        from vla_trainer.checkpoint import resolve_model_dir
-
         model_dir = resolve_model_dir(args.checkpoint)
         model, tokenizer = load_pretrained(model_dir)
         policy = VLAPolicy(model, tokenizer)
@@ -164,8 +164,6 @@ def libero_main(args) -> int:
         suites = libero_suites(args.libero)
         if not 1 <= args.trials_per_task <= INIT_STATES_PER_TASK:
             raise ValueError(f"--trials-per-task must be in 1..{INIT_STATES_PER_TASK}, got {args.trials_per_task}")
-        from vla_trainer.checkpoint import resolve_model_dir
-
         model_dir = resolve_model_dir(args.checkpoint)
         model, tokenizer = load_pretrained(model_dir)
         policy = VLAPolicy(model, tokenizer)
