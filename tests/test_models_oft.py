@@ -156,6 +156,62 @@ def test_a_model_without_a_place_code_gets_the_new_models_code_and_keeps_its_wei
     torch.testing.assert_close(loaded.patch_positions, model.patch_positions, atol=0, rtol=0)
 
 
+def test_layout_token_reads_all_patches_into_one_token_after_them(tmp_path):
+    import pytest
+
+    from vla_trainer.models import ConfigMismatchError, build_config, load_pretrained
+
+    model, tok = tiny("tiny-openvla-oft", seed=0, layout_token="linear")
+    plain, _ = tiny("tiny-openvla-oft", seed=0)
+    x = policy_for(model, tok).prepare(make_obs(2, seed=0))
+    out = model(x.pixel_values, x.input_ids, x.attention_mask)
+    assert out.prefix_length == plain(x.pixel_values, x.input_ids, x.attention_mask).prefix_length + 1
+    out.action_logits.logsumexp(-1).sum().backward()
+    assert model.layout_token.weight.grad.abs().sum() > 0
+    # one patch changed anywhere moves the token: it is a map of the whole grid, not a pooled patch
+    with torch.no_grad():
+        patches = model.projector(model.vision_backbone(x.pixel_values))
+        token = model.layout_token(patches.flatten(1))
+        moved = patches.clone()
+        moved[:, -1] += 1.0
+        assert (model.layout_token(moved.flatten(1)) - token).abs().max() > 1e-4
+        # it starts at the size of a projected patch, neither drowning nor drowned
+        assert 0.1 < token.norm(dim=-1).mean() / patches.norm(dim=-1).mean() < 10
+        weight = model.layout_token.weight.clone()
+        model.layout_token.weight.zero_()
+        without = model(x.pixel_values, x.input_ids, x.attention_mask)
+        model.layout_token.weight.copy_(weight)
+    assert (out.action_logits - without.action_logits).abs().max() > 1e-4
+    model.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    loaded, _ = load_pretrained(tmp_path)
+    assert loaded.config.layout_token == "linear"
+    torch.testing.assert_close(loaded.layout_token.weight, model.layout_token.weight, atol=0, rtol=0)
+    assert plain.layout_token is None  # the official model has none
+    with pytest.raises(ConfigMismatchError, match="layout_token"):
+        build_config("tiny-openvla-oft", layout_token="attention")
+
+
+def test_a_model_without_a_layout_token_gets_one_and_keeps_its_weights():
+    import pytest
+
+    from vla_trainer.models import ConfigMismatchError
+
+    model, tok = tiny("tiny-openvla-oft", seed=0)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    x = policy_for(model, tok).prepare(make_obs(2, seed=0))
+    plain = model(x.pixel_values, x.input_ids, x.attention_mask)
+    model.add_layout_token()
+    assert model.config.layout_token == "linear"
+    assert any(p is model.layout_token.weight for p in model.parameters())  # an optimizer built now trains it
+    for k, v in before.items():
+        torch.testing.assert_close(model.state_dict()[k], v, atol=0, rtol=0)
+    added = model(x.pixel_values, x.input_ids, x.attention_mask)
+    assert added.prefix_length == plain.prefix_length + 1
+    with pytest.raises(ConfigMismatchError, match="layout_token"):
+        model.add_layout_token()
+
+
 def test_sincos_patch_code_tells_every_place_apart_and_reads_out_linearly():
     from vla_trainer.models.vision import sincos_patch_code
 

@@ -297,6 +297,21 @@ def test_cli_patch_positions_on_a_new_model_or_added_to_a_checkpoint_without_one
     assert "--slot-embeddings shapes a new model" in capsys.readouterr().err
 
 
+def test_cli_layout_token_on_a_new_model_or_added_to_a_checkpoint_without_one(tmp_path, capsys):
+    demos = write_demos(tmp_path / "cli_demos", episodes=1, steps=4)
+    plain, added = tmp_path / "plain", tmp_path / "added"
+    common = ["sft", "--demos", str(demos), "--steps", "1", "--batch-size", "4"]
+    assert cli_main(common + ["--out", str(plain)]) == 0
+    assert load_pretrained(plain)[0].layout_token is None
+    assert cli_main(common + ["--out", str(added), "--init-from", str(plain), "--layout-token", "linear"]) == 0
+    model, _ = load_pretrained(added)
+    assert model.config.layout_token == "linear" and model.layout_token is not None
+    capsys.readouterr()
+    assert cli_main(common + ["--out", str(tmp_path / "x"), "--init-from", str(added), "--layout-token", "none"]) == 2
+    assert "has a trained layout token" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+
+
 def test_cli_init_from_continues_where_the_checkpoint_left_off(tmp_path, capsys):
     demos = write_demos(tmp_path / "cli_demos", episodes=1, steps=4)
     first, second = tmp_path / "first", tmp_path / "second"

@@ -78,7 +78,7 @@ def training_policy(args: argparse.Namespace):
         return problem
     if args.preset not in PRESETS:
         return f"unknown preset {args.preset!r}; available: {sorted(PRESETS)}"
-    overrides = {k: getattr(args, k) for k in ("slot_embeddings", "patch_positions") if getattr(args, k)}
+    overrides = {k: getattr(args, k) for k in ("slot_embeddings", "patch_positions", "layout_token") if getattr(args, k)}
     if "slot_embeddings" in overrides and not args.preset.endswith("-oft"):
         return f"--slot-embeddings applies to OpenVLA-OFT presets; {args.preset!r} decodes token by token"
     if args.init_from is not None and "slot_embeddings" in overrides:
@@ -91,6 +91,11 @@ def training_policy(args: argparse.Namespace):
                     return (f"--patch-positions none: {args.init_from} has a trained place code (sincos), "
                             "which a continuation keeps; leave the flag out")
                 model.add_patch_positions()  # a checkpoint without a code gets a new one to learn
+            if args.layout_token is not None and args.layout_token != model.config.layout_token:
+                if args.layout_token == "none":
+                    return (f"--layout-token none: {args.init_from} has a trained layout token (linear), "
+                            "which a continuation keeps; leave the flag out")
+                model.add_layout_token()
         else:
             model, tokenizer = build_model(args.preset, seed=args.seed, **overrides)
     except (VLAModelError, FileNotFoundError, OSError) as e:
@@ -338,6 +343,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="add a trained code of each patch's place, started as 2-D sine-cosine, to the "
                             "projected patches (default: the preset's, none as the official model); with "
                             "--init-from, sincos adds the code to a checkpoint that has none")
+        a.add_argument("--layout-token", choices=("none", "linear"), default=None,
+                       help="add one token after the patches, a trained linear map of all patches flattened, "
+                            "so a slot can read where things are from one token (default: the preset's, none "
+                            "as the official model); with --init-from, linear adds it to a checkpoint without one")
         a.add_argument("--init-from", type=Path, default=None,
                        help="continue from this checkpoint folder (an earlier --out) instead of a new model "
                             "of --preset")

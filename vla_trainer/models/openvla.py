@@ -83,6 +83,7 @@ class OpenVLAForActionPrediction(PreTrainedModel):
         self.vision_backbone = FusedVisionBackbone(config)
         self.projector = FusedProjector(self.vision_backbone.embed_dim, config.text_config.hidden_size)
         self.patch_positions = nn.Parameter(self.new_patch_code()) if config.patch_positions == "sincos" else None
+        self.layout_token = self.new_layout_token() if config.layout_token == "linear" else None
         self.language_model = LlamaForCausalLM(config.text_config)
         self.value_head = (
             ValueHead(config.text_config.hidden_size, config.value_hidden_sizes, config.num_value_outputs)
@@ -91,6 +92,8 @@ class OpenVLAForActionPrediction(PreTrainedModel):
         )
         self.post_init()
         self.vision_backbone.zero_cls_position()
+        if self.layout_token is not None:
+            self.layout_token = self.new_layout_token()  # post_init's generic init is too large for its input width
 
     @staticmethod
     def check_config(config: OpenVLAConfig) -> None:
@@ -114,6 +117,25 @@ class OpenVLAForActionPrediction(PreTrainedModel):
         like = self.projector.fc3.weight
         self.patch_positions = nn.Parameter(self.new_patch_code().to(device=like.device, dtype=like.dtype))
         self.config.patch_positions = "sincos"
+
+    def new_layout_token(self) -> nn.Linear:
+        """The map a model with ``layout_token="linear"`` starts from: flattened patches ``[P * D]``
+        -> one token ``[D]``, scaled so the token starts at the size of a projected patch."""
+        num_patches, dim = self.vision_backbone.num_patches, self.config.text_config.hidden_size
+        layer = nn.Linear(num_patches * dim, dim)
+        nn.init.normal_(layer.weight, std=self.config.initializer_range / num_patches**0.5)
+        nn.init.zeros_(layer.bias)
+        return layer
+
+    def add_layout_token(self) -> None:
+        """Gives a model built without a layout token (the official checkpoints have none) the map a
+        new ``layout_token="linear"`` model starts from, to be learned in fine-tuning; every other
+        weight is kept. Raises ConfigMismatchError if the model has one already."""
+        if self.layout_token is not None:
+            raise ConfigMismatchError("layout_token: the model has a layout token already (linear); nothing to add")
+        like = self.projector.fc3.weight
+        self.layout_token = self.new_layout_token().to(device=like.device, dtype=like.dtype)
+        self.config.layout_token = "linear"
 
     # --- Hugging Face plumbing ------------------------------------------------------------
     def get_input_embeddings(self) -> nn.Module:
@@ -146,7 +168,8 @@ class OpenVLAForActionPrediction(PreTrainedModel):
         Shapes:
             pixel_values: ``[N, 6, H, W]``; input_ids: int64 ``[N, T]`` (no BOS, left-padded);
             attention_mask: ``[N, T]`` (1 = token, 0 = padding).
-            returns: embeddings ``[N, L, D]`` with ``L = 1 + P + T``, valid bool ``[N, L]``.
+            returns: embeddings ``[N, L, D]`` with ``L = 1 + P + T`` (``2 + P + T`` with a layout
+            token after the patches), valid bool ``[N, L]``.
         """
         n = input_ids.shape[0]
         if pixel_values.shape[0] != n or attention_mask.shape != input_ids.shape:
@@ -156,9 +179,12 @@ class OpenVLAForActionPrediction(PreTrainedModel):
                 f"attention_mask {tuple(attention_mask.shape)}"
             )
         embed = self.get_input_embeddings()
-        patches = self.projector(self.vision_backbone(pixel_values))
+        patches = self.projector(self.vision_backbone(pixel_values))  # [N, P, D]
+        layout = None if self.layout_token is None else self.layout_token(patches.flatten(1)).unsqueeze(1)
         if self.patch_positions is not None:
             patches = patches + self.patch_positions
+        if layout is not None:
+            patches = torch.cat([patches, layout], dim=1)  # [N, P + 1, D]
         bos = embed(torch.full((n, 1), self.config.bos_token_id, dtype=torch.long, device=input_ids.device))
         embeds = torch.cat([bos, patches.to(bos.dtype), embed(input_ids)], dim=1)
         valid = torch.cat(
