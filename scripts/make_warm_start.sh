@@ -8,8 +8,9 @@
 #      steps of 64 frames, lr 3e-4; the towers learn to locate the TCP, object and plate -> DIR/vision
 #   3. SFT of the whole policy from it: VLA_SFT_STEPS (700) steps of 32, lr 5e-4, 50 warm-up steps,
 #      cosine. VLA_PATCH_POSITIONS (sincos; none: off) adds a trained place code to the projected
-#      patches; VLA_SCENE_LOSS_WEIGHT (1; 0: off) co-trains grounding (the scene poses regressed
-#      from the action slots)                                                   -> DIR/sft_0
+#      patches; VLA_LAYOUT_TOKEN (none; linear: on) adds a token that maps all patches flattened;
+#      VLA_SCENE_LOSS_WEIGHT (1; 0: off) co-trains grounding (the scene poses regressed from the
+#      action slots)                                                            -> DIR/sft_0
 #   4. VLA_SFT_STAGES (1) continuation stages of VLA_SFT_STAGE_STEPS (1000) steps of 32 at lr 3e-4,
 #      20 warm-up steps, cosine, each --init-from the previous one, with the same scene-loss weight
 #                                                                               -> DIR/sft_1 ...
@@ -30,6 +31,7 @@ DEMO_SEED=300
 EXPERT_MAX_SPEED="${VLA_EXPERT_MAX_SPEED:-1.0}"
 VISION_STEPS="${VLA_VISION_STEPS:-400}"
 PATCH_POSITIONS="${VLA_PATCH_POSITIONS:-sincos}"
+LAYOUT_TOKEN="${VLA_LAYOUT_TOKEN:-none}"
 STEPS0="${VLA_SFT_STEPS:-700}"
 SCENE_WEIGHT="${VLA_SCENE_LOSS_WEIGHT:-1}"
 STAGES="${VLA_SFT_STAGES:-1}"
@@ -51,6 +53,7 @@ fi
 if [ ! -f "$DIR/sft_0/config.json" ]; then
   echo "== SFT from the pretrained vision -> $DIR/sft_0"
   .venv/bin/vla-train sft --demos "$DIR/demos" --init-from "$DIR/vision" --patch-positions "$PATCH_POSITIONS" \
+    --layout-token "$LAYOUT_TOKEN" \
     --steps "$STEPS0" --batch-size 32 --lr 5e-4 --warmup-steps 50 --lr-schedule cosine \
     --eval-every 100 --out "$DIR/sft_0" --seed 0 --log-every 50 --scene-loss-weight "$SCENE_WEIGHT"
 fi
@@ -77,7 +80,8 @@ def settings(stage):
     if stage == 0:
         return {"init": "vision pretraining", "batch_size": 32, "lr": 5e-4, "warmup_steps": 50,
                 "lr_schedule": "cosine", "seed": 0,
-                "patch_positions": json.load(open(f"{run}/sft_0/config.json")).get("patch_positions", "none")}
+                **{key: json.load(open(f"{run}/sft_0/config.json")).get(key, "none")
+                   for key in ("patch_positions", "layout_token")}}
     return {"init": f"stage {stage - 1}", "batch_size": 32, "lr": 3e-4, "warmup_steps": 20,
             "lr_schedule": "cosine", "seed": stage}
 index = json.load(open(f"{run}/demos/index.json"))
