@@ -16,6 +16,7 @@ from vla_trainer.sft import (
     action_chunks,
     action_error_by_step,
     build_samples,
+    epoch_pool,
     gaussian_bin_targets,
     lr_factor,
     nll_loss,
@@ -117,6 +118,19 @@ def test_build_samples_from_several_folders(tmp_path):
     assert len(samples) == 2 * 5 + 7
     np.testing.assert_array_equal(samples.image[10:], build_samples(b, chunk_size=4).image)
     np.testing.assert_array_equal(samples.action_chunk[:10], build_samples(a, chunk_size=4).action_chunk)
+
+
+def test_first_frame_repeats_draw_each_episodes_first_frame_that_often(tmp_path):
+    a = write_demos(tmp_path / "a", episodes=2, steps=5)
+    b = write_demos(tmp_path / "b", episodes=1, steps=7, seed=1)
+    samples = build_samples([a, b], chunk_size=4)
+    np.testing.assert_array_equal(samples.episode_step, [0, 1, 2, 3, 4] * 2 + list(range(7)))
+    assert epoch_pool(samples, 1) == len(samples)  # the plain epoch: same shuffles as before the option
+    counts = np.bincount(epoch_pool(samples, 4), minlength=len(samples))
+    np.testing.assert_array_equal(np.flatnonzero(counts == 4), [0, 5, 10])
+    assert (np.delete(counts, [0, 5, 10]) == 1).all()
+    with pytest.raises(ValueError, match="first_frame_repeats"):
+        train_sft(fresh_policy(), a, steps=1, batch_size=2, lr=1e-3, first_frame_repeats=0, progress=False)
 
 
 # --- training --------------------------------------------------------------------------------
@@ -303,7 +317,8 @@ def test_cli_layout_token_on_a_new_model_or_added_to_a_checkpoint_without_one(tm
     common = ["sft", "--demos", str(demos), "--steps", "1", "--batch-size", "4"]
     assert cli_main(common + ["--out", str(plain)]) == 0
     assert load_pretrained(plain)[0].layout_token is None
-    assert cli_main(common + ["--out", str(added), "--init-from", str(plain), "--layout-token", "linear"]) == 0
+    assert cli_main(common + ["--out", str(added), "--init-from", str(plain), "--layout-token", "linear",
+                              "--first-frame-repeats", "3"]) == 0
     model, _ = load_pretrained(added)
     assert model.config.layout_token == "linear" and model.layout_token is not None
     capsys.readouterr()

@@ -130,7 +130,7 @@ def cmd_sft(args: argparse.Namespace) -> int:
         policy, args.demos, steps=args.steps, batch_size=args.batch_size, lr=args.lr, seed=args.seed,
         out_dir=args.out, log_every=args.log_every, eval_every=args.eval_every, warmup_steps=args.warmup_steps,
         lr_schedule=args.lr_schedule, label_sigma_bins=args.label_sigma_bins,
-        scene_loss_weight=args.scene_loss_weight))
+        scene_loss_weight=args.scene_loss_weight, first_frame_repeats=args.first_frame_repeats))
 
 
 def cmd_pretrain_vision(args: argparse.Namespace) -> int:
@@ -368,6 +368,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scene-loss-weight", type=float, default=0.0,
                    help="co-train a grounding task: regress the expert's scene poses from the action "
                         "slots, weighted by this (default: 0, off; needs demos with scene poses)")
+    p.add_argument("--first-frame-repeats", type=positive_int, default=1,
+                   help="draw each episode's first frame this many times per epoch, where a scripted reach "
+                        "makes its one scene-dependent decision (default: 1, every sample once)")
     p.set_defaults(func=cmd_sft)
     q = sub.add_parser("sft-report", help="where a warm start errs: action error per episode step and dimension")
     q.add_argument("--checkpoint", type=Path, required=True,

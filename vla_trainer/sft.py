@@ -51,6 +51,7 @@ class SFTSamples:
         action_chunk: float32 ``[M, C, 7]`` env actions ``actions[t : t + C]``, end-padded.
         scene: float32 ``[M, 5 K]`` scene targets (``scene.scene_targets``) of demos that record
             the expert's poses, else None.
+        episode_step: int ``[M]``, each sample's step in its episode (0: the episode's first frame).
     """
 
     image: np.ndarray
@@ -58,6 +59,7 @@ class SFTSamples:
     instruction: list[str]
     action_chunk: np.ndarray
     scene: np.ndarray | None = None
+    episode_step: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.instruction)
@@ -105,7 +107,17 @@ def build_samples(demo_dir: DemoFolders, chunk_size: int) -> SFTSamples:
         action_chunk=np.concatenate([action_chunks(e["action"], chunk_size) for e in episodes]),
         scene=(np.concatenate([scene_targets(e["scene"]) for e in episodes])
                if all("scene" in e for e in episodes) else None),
+        episode_step=np.concatenate([np.arange(len(e["action"])) for e in episodes]),
     )
+
+
+def epoch_pool(samples: SFTSamples, first_frame_repeats: int) -> np.ndarray | int:
+    """What one shuffled epoch draws from: every sample once, and each episode's first frame
+    ``first_frame_repeats`` times in all (1: the plain epoch, ``len(samples)``)."""
+    if first_frame_repeats == 1:
+        return len(samples)
+    first = np.flatnonzero(samples.episode_step == 0)
+    return np.concatenate([np.arange(len(samples))] + [first] * (first_frame_repeats - 1))
 
 
 def resize_images(images: np.ndarray, size: int, batch: int = 256) -> np.ndarray:
@@ -294,6 +306,7 @@ def train_sft(
     lr_schedule: str = "constant",
     label_sigma_bins: float = 0.0,
     scene_loss_weight: float = 0.0,
+    first_frame_repeats: int = 1,
 ) -> dict:
     """Behaviour cloning of the demos in ``demo_dir`` (one folder or several): minimises the target tokens' mean NLL.
 
@@ -318,7 +331,13 @@ def train_sft(
     on where the object is, so the slots learn to attend to it; the actions alone mostly teach
     what is the same in every episode. Needs demos with scene poses. ``"final_scene_loss"`` is
     then the mean of the last ``log_every`` steps.
+
+    ``first_frame_repeats > 1`` draws each episode's first frame that many times per epoch. The
+    first chunk of a scripted reach carries the one decision that depends on where the object
+    is, and it is one frame of about 24 per episode; the evaluation frames stay uniform.
     """
+    if first_frame_repeats < 1:
+        raise ValueError(f"first_frame_repeats must be >= 1, got {first_frame_repeats}")
     if steps < 1 or batch_size < 1 or lr <= 0:
         raise ValueError(f"steps, batch_size and lr must be positive; got {steps}, {batch_size}, {lr}")
     if lr_schedule not in LR_SCHEDULES:
@@ -355,13 +374,14 @@ def train_sft(
         optimizer, lambda i: lr_factor(i, steps, warmup_steps, lr_schedule)
     )
     policy.model.train()
-    order, pos = rng.permutation(len(samples)), 0
+    pool = epoch_pool(samples, first_frame_repeats)
+    order, pos = rng.permutation(pool), 0
     history, curve, scene_history = [], [], []
     bar = tqdm(range(1, steps + 1), desc="sft", disable=not progress, dynamic_ncols=True)
     for step in bar:
         # next minibatch of a shuffled epoch (reshuffle when it runs out)
         if pos + batch_size > len(order):
-            order, pos = rng.permutation(len(samples)), 0
+            order, pos = rng.permutation(pool), 0
         idx = order[pos : pos + batch_size]
         pos += len(idx)
 
