@@ -131,6 +131,9 @@ def test_first_frame_repeats_draw_each_episodes_first_frame_that_often(tmp_path)
     assert (np.delete(counts, [0, 5, 10]) == 1).all()
     with pytest.raises(ValueError, match="first_frame_repeats"):
         train_sft(fresh_policy(), a, steps=1, batch_size=2, lr=1e-3, first_frame_repeats=0, progress=False)
+    m = train_sft(fresh_policy(), a, steps=1, batch_size=2, lr=1e-3, first_frame_repeats=3, progress=False,
+                  eval_samples=4)
+    assert m["first_frame_repeats"] == 3  # recorded, so a published warm start says how it was made
 
 
 # --- training --------------------------------------------------------------------------------

@@ -425,6 +425,7 @@ def train_sft(
         "num_samples": len(samples),
         "steps": steps,
         "scene_loss_weight": scene_loss_weight,
+        "first_frame_repeats": first_frame_repeats,
         "final_scene_loss": float(np.mean(scene_history[-(log_every or 1):])) if scene_history else None,
         "curve": curve + [{"step": steps, **after}] if eval_every else None,
         "checkpoint": None,
