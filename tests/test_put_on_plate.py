@@ -8,6 +8,7 @@ import json
 import shutil
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -655,15 +656,60 @@ def test_every_variant_makes_resets_and_steps(asset_root, monkeypatch):
 
 
 def test_reach_report_bands_count_each_episode_once():
-    from vla_trainer.reach_report import by_closest_lateral, markdown
+    from vla_trainer.reach_report import after_the_grasp, by_closest_lateral, markdown
 
+    carry = {0.2: (30, 12.0, 1.0), 1.0: (4, 0.5, 20.0), 1.5: (20, 9.0, 8.0)}  # held steps, lift, to plate
     rows = [{"closest_lateral_cm": d, "lateral_at_lowest_cm": d + 1, "lowest_height_cm": 0.5, "grasped": d < 2,
-             "success": d < 1} for d in (0.2, 1.0, 1.5, 4.0, 30.0)]
+             "success": d < 1, **dict(zip(("held_steps", "max_lift_cm", "closest_to_plate_cm"),
+                                          carry.get(d, (0, 0.0, float("nan")))))}
+            for d in (0.2, 1.0, 1.5, 4.0, 30.0)]
     bands = {tuple(b["band_cm"]): (b["episodes"], b["grasped"], b["success"]) for b in by_closest_lateral(rows)}
     assert bands[(0, 1)] == (1, 1, 1) and bands[(1, 2)] == (2, 2, 0) and bands[(3, 5)] == (1, 0, 0)
     assert bands[(10, float("inf"))] == (1, 0, 0) and sum(e for e, _, _ in bands.values()) == 5
     text = markdown(rows, "h")
     assert "| >= 10 cm | 1 | 0 | 0 |" in text and "grasped (3): median closest sideways approach 1.0 cm" in text
+    # of 3 grasps, 2 lifted the object (the 0.5 cm rise is not a lift), 1 of those came near the plate
+    assert after_the_grasp(rows) == {"grasped": 3, "lifted": 2, "near_plate": 1, "success": 1,
+                                     "median_held_steps": 20.0}
+    assert "| then within 5 cm of the plate | 1 |" in text
+    assert "after the grasp" not in markdown(rows[3:], "h")  # no grasp, no carry table
+
+
+class _ExpertAsPolicy:
+    """The scripted expert behind ``VLAPolicy.act``'s signature, one action per chunk."""
+
+    def __init__(self, env):
+        from vla_envs.tasks.put_on_plate.expert import ScriptedExpert
+
+        self.env, self.expert = env, ScriptedExpert(env.num_envs)
+
+    def act(self, obs, temperature, generator):
+        states = [self.env.backend.call(i, "expert_state") for i in range(self.env.num_envs)]
+        return SimpleNamespace(actions=torch.as_tensor(self.expert.act(states))[:, None])
+
+
+@pytest.mark.slow
+@pytest.mark.maniskill
+def test_reach_report_follows_the_expert_through_the_carry(asset_root, monkeypatch):
+    """Driven by the scripted expert, an episode shows a grasp, a lift and the object brought onto
+    the plate: the carry measures are read from the simulation, not defaults."""
+    import gymnasium as gym
+
+    from vla_trainer.reach_report import after_the_grasp, reach_report
+
+    monkeypatch.setenv("VLA_ENVS_ASSET_DIR", str(asset_root))
+    env = gym.make("PutOnPlateInScene25Main-v3", num_envs=1, image_size=32, low_poly=True, vectorization="serial",
+                   time_limit=40, auto_reset=False, ignore_terminations=True)
+    try:
+        [row] = reach_report(env, _ExpertAsPolicy(env), 1, seed=1)
+    finally:
+        env.close()
+    assert row["grasped"] and row["success"], row
+    assert row["closest_lateral_cm"] < 2 and 5 <= row["held_steps"] < 40
+    assert row["max_lift_cm"] >= 5  # the expert carries 12 cm above the plate
+    assert row["closest_to_plate_cm"] < 3
+    assert after_the_grasp([row]) == {"grasped": 1, "lifted": 1, "near_plate": 1, "success": 1,
+                                      "median_held_steps": float(row["held_steps"])}
 
 
 @pytest.mark.slow
@@ -688,6 +734,9 @@ def test_reach_report_cli_measures_each_episode(asset_root, tmp_path, monkeypatc
     for row in report["episodes"]:
         assert 0 <= row["closest_lateral_cm"] <= row["lateral_at_lowest_cm"] < 100
         assert np.isfinite(row["lowest_height_cm"]) and isinstance(row["grasped"], bool)
+        # the carry is measured after a grasp only
+        assert row["grasped"] or (row["held_steps"] == 0 and row["max_lift_cm"] == 0 and np.isnan(row["closest_to_plate_cm"]))
+        assert 0 <= row["held_steps"] <= 8
     assert "| closest sideways approach | episodes | grasped | success |" in (tmp_path / "reach" / "reach.md").read_text()
     assert vla_train(common + ["--num-envs", "2", "--num-episodes", "3"]) == 2
     assert "must be a multiple of --num-envs" in capsys.readouterr().err

@@ -379,8 +379,8 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--steps", default="0,1,3", help="episode steps, comma-separated (default: %(default)s)")
     q.add_argument("--json", type=Path, default=None, help="also write the report as JSON")
     q.set_defaults(func=cmd_sft_report)
-    m = sub.add_parser("reach-report", help="how far a policy's reach misses the object, per episode, "
-                                            "on vla-eval's episodes (PutOnPlate tasks)")
+    m = sub.add_parser("reach-report", help="how far a policy's reach misses the object and how far "
+                                            "its carry gets, per episode, on vla-eval's episodes (PutOnPlate tasks)")
     m.add_argument("--checkpoint", type=Path, required=True,
                    help="model folder, training checkpoint or run folder (its latest)")
     m.add_argument("--task", default="PutOnPlateInScene25Main-v3", help="a task with expert_state and a grasp flag")
