@@ -94,6 +94,13 @@ def test_success_on_constructed_states(obj_xyz, force, expected):
     assert rewards.object_on_plate(*_state(obj_xyz, force)).item() is expected
 
 
+def test_on_plate_radius_is_the_success_tests_reach():
+    plate_bbox = _state((0, 0, 0))[3]
+    assert rewards.on_plate_radius(plate_bbox).item() == pytest.approx(0.085 + 0.01)
+    for x, inside in ((0.0949, True), (0.0951, False)):  # resting on the plate, at the radius's edge
+        assert rewards.object_on_plate(*_state((x, 0.0, 0.905), 0.5)).item() is inside
+
+
 def test_dense_reward_telescopes_and_needs_a_grasp():
     grasped = torch.tensor([False, True, True, True, True, True, True, False, False])
     success = torch.tensor([False, False, False, False, False, False, False, True, True])
@@ -658,20 +665,22 @@ def test_every_variant_makes_resets_and_steps(asset_root, monkeypatch):
 def test_reach_report_bands_count_each_episode_once():
     from vla_trainer.reach_report import after_the_grasp, by_closest_lateral, markdown
 
-    carry = {0.2: (30, 12.0, 1.0), 1.0: (4, 0.5, 20.0), 1.5: (20, 9.0, 8.0)}  # held steps, lift, to plate
+    # held steps, lift, closest to the plate, carried over it
+    carry = {0.2: (30, 12.0, 1.0, True), 1.0: (4, 0.5, 20.0, False), 1.5: (20, 9.0, 12.0, False)}
     rows = [{"closest_lateral_cm": d, "lateral_at_lowest_cm": d + 1, "lowest_height_cm": 0.5, "grasped": d < 2,
-             "success": d < 1, **dict(zip(("held_steps", "max_lift_cm", "closest_to_plate_cm"),
-                                          carry.get(d, (0, 0.0, float("nan")))))}
+             "success": d < 1,
+             **dict(zip(("held_steps", "max_lift_cm", "closest_to_plate_cm", "carried_over_plate"),
+                        carry.get(d, (0, 0.0, float("nan"), False))))}
             for d in (0.2, 1.0, 1.5, 4.0, 30.0)]
     bands = {tuple(b["band_cm"]): (b["episodes"], b["grasped"], b["success"]) for b in by_closest_lateral(rows)}
     assert bands[(0, 1)] == (1, 1, 1) and bands[(1, 2)] == (2, 2, 0) and bands[(3, 5)] == (1, 0, 0)
     assert bands[(10, float("inf"))] == (1, 0, 0) and sum(e for e, _, _ in bands.values()) == 5
     text = markdown(rows, "h")
     assert "| >= 10 cm | 1 | 0 | 0 |" in text and "grasped (3): median closest sideways approach 1.0 cm" in text
-    # of 3 grasps, 2 lifted the object (the 0.5 cm rise is not a lift), 1 of those came near the plate
-    assert after_the_grasp(rows) == {"grasped": 3, "lifted": 2, "near_plate": 1, "success": 1,
+    # of 3 grasps, 2 lifted the object (the 0.5 cm rise is not a lift), 1 of those carried it over the plate
+    assert after_the_grasp(rows) == {"grasped": 3, "lifted": 2, "over_plate": 1, "success": 1,
                                      "median_held_steps": 20.0}
-    assert "| then within 5 cm of the plate | 1 |" in text
+    assert "| then carried over the plate | 1 |" in text
     assert "after the grasp" not in markdown(rows[3:], "h")  # no grasp, no carry table
 
 
@@ -707,8 +716,8 @@ def test_reach_report_follows_the_expert_through_the_carry(asset_root, monkeypat
     assert row["grasped"] and row["success"], row
     assert row["closest_lateral_cm"] < 2 and 5 <= row["held_steps"] < 40
     assert row["max_lift_cm"] >= 5  # the expert carries 12 cm above the plate
-    assert row["closest_to_plate_cm"] < 3
-    assert after_the_grasp([row]) == {"grasped": 1, "lifted": 1, "near_plate": 1, "success": 1,
+    assert row["closest_to_plate_cm"] < 3 and row["carried_over_plate"]
+    assert after_the_grasp([row]) == {"grasped": 1, "lifted": 1, "over_plate": 1, "success": 1,
                                       "median_held_steps": float(row["held_steps"])}
 
 
@@ -735,7 +744,8 @@ def test_reach_report_cli_measures_each_episode(asset_root, tmp_path, monkeypatc
         assert 0 <= row["closest_lateral_cm"] <= row["lateral_at_lowest_cm"] < 100
         assert np.isfinite(row["lowest_height_cm"]) and isinstance(row["grasped"], bool)
         # the carry is measured after a grasp only
-        assert row["grasped"] or (row["held_steps"] == 0 and row["max_lift_cm"] == 0 and np.isnan(row["closest_to_plate_cm"]))
+        assert row["grasped"] or (row["held_steps"] == 0 and row["max_lift_cm"] == 0
+                                  and np.isnan(row["closest_to_plate_cm"]) and not row["carried_over_plate"])
         assert 0 <= row["held_steps"] <= 8
     assert "| closest sideways approach | episodes | grasped | success |" in (tmp_path / "reach" / "reach.md").read_text()
     assert vla_train(common + ["--num-envs", "2", "--num-episodes", "3"]) == 2

@@ -319,12 +319,15 @@ class PutOnPlateInScene25Env(BaseEnv):
 
     def expert_state(self) -> dict[str, np.ndarray]:
         """Privileged state for the scripted expert (never an observation): world poses of
-        the TCP, the selected object and plate (xyz + wxyz), and the object's bbox size."""
+        the TCP, the selected object and plate (xyz + wxyz), the object's bbox size, and the
+        plate's ``on_plate_radius`` (metres: how near the plate's centre in the table plane an
+        object resting on it must be to count as placed, as ``evaluate`` judges it)."""
         (op, oq), (pp, pq) = self._selected_poses()
         tcp = self.agent.tcp.pose.raw_pose
         return {"tcp": tcp.cpu().numpy(), "object": torch.cat([op, oq], -1).cpu().numpy(),
                 "plate": torch.cat([pp, pq], -1).cpu().numpy(),
                 "object_size": self._obj_bbox[self.sel["object"]].numpy(),
+                "on_plate_radius": rewards.on_plate_radius(self.plate_bbox_world).numpy(),
                 "base_yaw": np.full(self.num_envs, np.pi)}
 
     def _maybe_move_object(self, grasped: torch.Tensor) -> None:

@@ -17,6 +17,12 @@ MAX_STAGED_SCORE = REWARD_GRASPED + REWARD_CONSECUTIVE + REWARD_SUCCESS
 CLOSENESS_SCALE_PER_M = 5.0
 
 
+def on_plate_radius(plate_bbox: torch.Tensor) -> torch.Tensor:
+    """How far from the plate's centre in xy an object's centre may be and still count as on
+    it, float ``[B]`` (metres): the plate's largest half-extent + 1 cm."""
+    return plate_bbox.max(dim=1).values / 2 + XY_MARGIN_M
+
+
 def object_on_plate(obj_pos: torch.Tensor, plate_pos: torch.Tensor, obj_bbox: torch.Tensor,
                     plate_bbox: torch.Tensor, contact_force: torch.Tensor) -> torch.Tensor:
     """Success flags, bool ``[B]``.
@@ -32,7 +38,7 @@ def object_on_plate(obj_pos: torch.Tensor, plate_pos: torch.Tensor, obj_bbox: to
     """
     offset = obj_pos - plate_pos
     plate_half, obj_half = plate_bbox / 2, obj_bbox / 2
-    xy_ok = torch.linalg.norm(offset[:, :2], dim=1) <= plate_half.max(dim=1).values + XY_MARGIN_M
+    xy_ok = torch.linalg.norm(offset[:, :2], dim=1) <= on_plate_radius(plate_bbox)
     z_ok = (offset[:, 2] > 0) & (offset[:, 2] - plate_half[:, 2] - obj_half[:, 2] <= Z_GAP_MAX_M)
     return xy_ok & z_ok & (contact_force > MIN_CONTACT_FORCE_N)
 
