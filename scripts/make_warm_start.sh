@@ -11,10 +11,11 @@
 #      patches; VLA_LAYOUT_TOKEN (none; linear: on) adds a token that maps all patches flattened;
 #      VLA_SCENE_LOSS_WEIGHT (1; 0: off) co-trains grounding (the scene poses regressed from the
 #      action slots); VLA_FIRST_FRAME_REPEATS (1) draws each episode's first frame, where the
-#      reach is decided, that many times per epoch                              -> DIR/sft_0
+#      reach is decided, that many times per epoch; VLA_RELEASE_FRAME_REPEATS (1) does the same
+#      for the frames whose action chunk holds the release over the plate       -> DIR/sft_0
 #   4. VLA_SFT_STAGES (1) continuation stages of VLA_SFT_STAGE_STEPS (1000) steps of 32 at lr 3e-4,
 #      20 warm-up steps, cosine, each --init-from the previous one, with the same scene-loss weight
-#      and first-frame repeats
+#      and first- and release-frame repeats
 #                                                                               -> DIR/sft_1 ...
 # DIR/sft is the last stage. A stage whose output exists is skipped, so an interrupted run continues.
 #
@@ -37,6 +38,7 @@ LAYOUT_TOKEN="${VLA_LAYOUT_TOKEN:-none}"
 STEPS0="${VLA_SFT_STEPS:-700}"
 SCENE_WEIGHT="${VLA_SCENE_LOSS_WEIGHT:-1}"
 FIRST_FRAME_REPEATS="${VLA_FIRST_FRAME_REPEATS:-1}"
+RELEASE_FRAME_REPEATS="${VLA_RELEASE_FRAME_REPEATS:-1}"
 STAGES="${VLA_SFT_STAGES:-1}"
 STAGE_STEPS="${VLA_SFT_STAGE_STEPS:-1000}"
 mkdir -p "$DIR"
@@ -59,7 +61,7 @@ if [ ! -f "$DIR/sft_0/config.json" ]; then
     --layout-token "$LAYOUT_TOKEN" \
     --steps "$STEPS0" --batch-size 32 --lr 5e-4 --warmup-steps 50 --lr-schedule cosine \
     --eval-every 100 --out "$DIR/sft_0" --seed 0 --log-every 50 --scene-loss-weight "$SCENE_WEIGHT" \
-    --first-frame-repeats "$FIRST_FRAME_REPEATS"
+    --first-frame-repeats "$FIRST_FRAME_REPEATS" --release-frame-repeats "$RELEASE_FRAME_REPEATS"
 fi
 for stage in $(seq 1 "$STAGES"); do
   if [ ! -f "$DIR/sft_$stage/config.json" ]; then
@@ -67,7 +69,7 @@ for stage in $(seq 1 "$STAGES"); do
     .venv/bin/vla-train sft --demos "$DIR/demos" --init-from "$DIR/sft_$((stage - 1))" --steps "$STAGE_STEPS" \
       --batch-size 32 --lr 3e-4 --warmup-steps 20 --lr-schedule cosine --eval-every 250 --out "$DIR/sft_$stage" \
       --seed "$stage" --log-every 100 --scene-loss-weight "$SCENE_WEIGHT" \
-      --first-frame-repeats "$FIRST_FRAME_REPEATS"
+      --first-frame-repeats "$FIRST_FRAME_REPEATS" --release-frame-repeats "$RELEASE_FRAME_REPEATS"
   fi
 done
 rm -rf "$DIR/sft" && cp -r "$DIR/sft_$STAGES" "$DIR/sft"
@@ -80,7 +82,7 @@ from vla_trainer.checkpoint import publish_half_precision
 from vla_trainer.metrics_log import sft_curve
 run, stages, episodes, demo_seed, env_kwargs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 keep = ("initial_loss", "final_loss", "final_token_accuracy", "final_action_l1", "action_l1_of_zero", "steps", "curve",
-        "scene_loss_weight", "first_frame_repeats", "final_scene_loss")
+        "scene_loss_weight", "first_frame_repeats", "release_frame_repeats", "final_scene_loss")
 def settings(stage):
     if stage == 0:
         return {"init": "vision pretraining", "batch_size": 32, "lr": 5e-4, "warmup_steps": 50,

@@ -21,6 +21,7 @@ from vla_trainer.sft import (
     lr_factor,
     nll_loss,
     normalize_actions,
+    release_chunks,
     resize_images,
     target_token_ids,
     train_sft,
@@ -134,6 +135,37 @@ def test_first_frame_repeats_draw_each_episodes_first_frame_that_often(tmp_path)
     m = train_sft(fresh_policy(), a, steps=1, batch_size=2, lr=1e-3, first_frame_repeats=3, progress=False,
                   eval_samples=4)
     assert m["first_frame_repeats"] == 3  # recorded, so a published warm start says how it was made
+
+
+def test_release_chunks_mark_the_chunks_that_hold_the_first_opening_after_a_grasp():
+    def grip(*g):
+        a = np.zeros((len(g), 7), np.float32)
+        a[:, 6] = g
+        return a
+
+    # opens first at step 5, after the close at 2; chunks of 3 starting at 3, 4, 5 hold it
+    np.testing.assert_array_equal(release_chunks(grip(-1, -1, 1, 1, 1, -1, -1, 1, -1), 3),
+                                  [0, 0, 0, 1, 1, 1, 0, 0, 0])
+    np.testing.assert_array_equal(release_chunks(grip(1, -1, -1), 8), [1, 1, 0])  # clipped at the start
+    assert not release_chunks(grip(-1, -1, -1), 3).any()  # never closed
+    assert not release_chunks(grip(-1, 1, 1), 3).any()  # never let go
+
+
+def test_release_frame_repeats_draw_the_release_chunks_that_often(tmp_path):
+    a = write_demos(tmp_path / "a", episodes=2, steps=STEPS)  # the gripper opens at step STEPS // 2
+    b = write_demos(tmp_path / "b", episodes=1, steps=5, seed=1)  # closed throughout: no release
+    samples = build_samples([a, b], chunk_size=4)
+    release = [t for e in range(2) for t in range(e * STEPS + STEPS // 2 - 3, e * STEPS + STEPS // 2 + 1)]
+    np.testing.assert_array_equal(np.flatnonzero(samples.holds_release), release)
+    counts = np.bincount(epoch_pool(samples, 2, 3), minlength=len(samples))
+    first = [0, STEPS, 2 * STEPS]
+    assert (counts[release] == 3).all() and (counts[first] == 2).all()
+    assert (np.delete(counts, release + first) == 1).all()
+    with pytest.raises(ValueError, match="release_frame_repeats"):
+        train_sft(fresh_policy(), a, steps=1, batch_size=2, lr=1e-3, release_frame_repeats=0, progress=False)
+    m = train_sft(fresh_policy(), a, steps=1, batch_size=2, lr=1e-3, release_frame_repeats=2, progress=False,
+                  eval_samples=4)
+    assert m["release_frame_repeats"] == 2
 
 
 # --- training --------------------------------------------------------------------------------
@@ -321,9 +353,11 @@ def test_cli_layout_token_on_a_new_model_or_added_to_a_checkpoint_without_one(tm
     assert cli_main(common + ["--out", str(plain)]) == 0
     assert load_pretrained(plain)[0].layout_token is None
     assert cli_main(common + ["--out", str(added), "--init-from", str(plain), "--layout-token", "linear",
-                              "--first-frame-repeats", "3"]) == 0
+                              "--first-frame-repeats", "3", "--release-frame-repeats", "2"]) == 0
     model, _ = load_pretrained(added)
     assert model.config.layout_token == "linear" and model.layout_token is not None
+    recorded = json.loads((added / "sft_metrics.json").read_text())
+    assert (recorded["first_frame_repeats"], recorded["release_frame_repeats"]) == (3, 2)
     capsys.readouterr()
     assert cli_main(common + ["--out", str(tmp_path / "x"), "--init-from", str(added), "--layout-token", "none"]) == 2
     assert "has a trained layout token" in capsys.readouterr().err

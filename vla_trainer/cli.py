@@ -130,7 +130,8 @@ def cmd_sft(args: argparse.Namespace) -> int:
         policy, args.demos, steps=args.steps, batch_size=args.batch_size, lr=args.lr, seed=args.seed,
         out_dir=args.out, log_every=args.log_every, eval_every=args.eval_every, warmup_steps=args.warmup_steps,
         lr_schedule=args.lr_schedule, label_sigma_bins=args.label_sigma_bins,
-        scene_loss_weight=args.scene_loss_weight, first_frame_repeats=args.first_frame_repeats))
+        scene_loss_weight=args.scene_loss_weight, first_frame_repeats=args.first_frame_repeats,
+        release_frame_repeats=args.release_frame_repeats))
 
 
 def cmd_pretrain_vision(args: argparse.Namespace) -> int:
@@ -371,6 +372,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--first-frame-repeats", type=positive_int, default=1,
                    help="draw each episode's first frame this many times per epoch, where a scripted reach "
                         "makes its one scene-dependent decision (default: 1, every sample once)")
+    p.add_argument("--release-frame-repeats", type=positive_int, default=1,
+                   help="draw each sample whose action chunk holds the release (the gripper opening "
+                        "after a grasp) this many times per epoch (default: 1, every sample once)")
     p.set_defaults(func=cmd_sft)
     q = sub.add_parser("sft-report", help="where a warm start errs: action error per episode step and dimension")
     q.add_argument("--checkpoint", type=Path, required=True,

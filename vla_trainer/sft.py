@@ -52,6 +52,8 @@ class SFTSamples:
         scene: float32 ``[M, 5 K]`` scene targets (``scene.scene_targets``) of demos that record
             the expert's poses, else None.
         episode_step: int ``[M]``, each sample's step in its episode (0: the episode's first frame).
+        holds_release: bool ``[M]``, True where the sample's action chunk holds the step at which
+            the gripper first opens after closing (the release of a pick and place).
     """
 
     image: np.ndarray
@@ -60,6 +62,7 @@ class SFTSamples:
     action_chunk: np.ndarray
     scene: np.ndarray | None = None
     episode_step: np.ndarray | None = None
+    holds_release: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.instruction)
@@ -78,6 +81,18 @@ def action_chunks(actions: np.ndarray, chunk_size: int) -> np.ndarray:
     T = len(actions)
     idx = np.minimum(np.arange(T)[:, None] + np.arange(chunk_size)[None, :], T - 1)
     return actions[idx].astype(np.float32)
+
+
+def release_chunks(actions: np.ndarray, chunk_size: int) -> np.ndarray:
+    """bool ``[T]``: True at steps ``t`` whose chunk ``actions[t : t + C]`` holds the release, the
+    first step at which the gripper opens (action 6 <= 0) after it was closed (> 0). All False
+    when the episode never releases."""
+    closed = actions[:, 6] > 0
+    opens = np.flatnonzero(~closed[1:] & closed[:-1]) + 1
+    holds = np.zeros(len(actions), bool)
+    if len(opens):
+        holds[max(0, opens[0] - chunk_size + 1) : opens[0] + 1] = True
+    return holds
 
 
 DemoFolders = str | Path | Sequence[str | Path]
@@ -108,16 +123,20 @@ def build_samples(demo_dir: DemoFolders, chunk_size: int) -> SFTSamples:
         scene=(np.concatenate([scene_targets(e["scene"]) for e in episodes])
                if all("scene" in e for e in episodes) else None),
         episode_step=np.concatenate([np.arange(len(e["action"])) for e in episodes]),
+        holds_release=np.concatenate([release_chunks(e["action"], chunk_size) for e in episodes]),
     )
 
 
-def epoch_pool(samples: SFTSamples, first_frame_repeats: int) -> np.ndarray | int:
-    """What one shuffled epoch draws from: every sample once, and each episode's first frame
-    ``first_frame_repeats`` times in all (1: the plain epoch, ``len(samples)``)."""
-    if first_frame_repeats == 1:
+def epoch_pool(samples: SFTSamples, first_frame_repeats: int, release_frame_repeats: int = 1) -> np.ndarray | int:
+    """What one shuffled epoch draws from: every sample once, each episode's first frame
+    ``first_frame_repeats`` times in all, and each sample whose chunk holds the release
+    ``release_frame_repeats`` times in all (both 1: the plain epoch, ``len(samples)``)."""
+    if first_frame_repeats == 1 and release_frame_repeats == 1:
         return len(samples)
     first = np.flatnonzero(samples.episode_step == 0)
-    return np.concatenate([np.arange(len(samples))] + [first] * (first_frame_repeats - 1))
+    release = np.flatnonzero(samples.holds_release)
+    return np.concatenate([np.arange(len(samples))] + [first] * (first_frame_repeats - 1)
+                          + [release] * (release_frame_repeats - 1))
 
 
 def resize_images(images: np.ndarray, size: int, batch: int = 256) -> np.ndarray:
@@ -307,6 +326,7 @@ def train_sft(
     label_sigma_bins: float = 0.0,
     scene_loss_weight: float = 0.0,
     first_frame_repeats: int = 1,
+    release_frame_repeats: int = 1,
 ) -> dict:
     """Behaviour cloning of the demos in ``demo_dir`` (one folder or several): minimises the target tokens' mean NLL.
 
@@ -335,9 +355,13 @@ def train_sft(
     ``first_frame_repeats > 1`` draws each episode's first frame that many times per epoch. The
     first chunk of a scripted reach carries the one decision that depends on where the object
     is, and it is one frame of about 24 per episode; the evaluation frames stay uniform.
+    ``release_frame_repeats > 1`` does the same for the samples whose action chunk holds the
+    release (``release_chunks``): the lowering over the plate and the opening, the last phase of
+    a demo and the one RL from a warm start reaches least often.
     """
-    if first_frame_repeats < 1:
-        raise ValueError(f"first_frame_repeats must be >= 1, got {first_frame_repeats}")
+    if first_frame_repeats < 1 or release_frame_repeats < 1:
+        raise ValueError(f"first_frame_repeats and release_frame_repeats must be >= 1, "
+                         f"got {first_frame_repeats} and {release_frame_repeats}")
     if steps < 1 or batch_size < 1 or lr <= 0:
         raise ValueError(f"steps, batch_size and lr must be positive; got {steps}, {batch_size}, {lr}")
     if lr_schedule not in LR_SCHEDULES:
@@ -374,7 +398,7 @@ def train_sft(
         optimizer, lambda i: lr_factor(i, steps, warmup_steps, lr_schedule)
     )
     policy.model.train()
-    pool = epoch_pool(samples, first_frame_repeats)
+    pool = epoch_pool(samples, first_frame_repeats, release_frame_repeats)
     order, pos = rng.permutation(pool), 0
     history, curve, scene_history = [], [], []
     bar = tqdm(range(1, steps + 1), desc="sft", disable=not progress, dynamic_ncols=True)
@@ -426,6 +450,7 @@ def train_sft(
         "steps": steps,
         "scene_loss_weight": scene_loss_weight,
         "first_frame_repeats": first_frame_repeats,
+        "release_frame_repeats": release_frame_repeats,
         "final_scene_loss": float(np.mean(scene_history[-(log_every or 1):])) if scene_history else None,
         "curve": curve + [{"step": steps, **after}] if eval_every else None,
         "checkpoint": None,
