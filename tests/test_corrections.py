@@ -17,16 +17,17 @@ def pose(x: float, y: float, z: float) -> np.ndarray:
     return np.array([x, y, z, 1.0, 0.0, 0.0, 0.0])
 
 
-def test_take_over_descends_only_from_above_the_object():
-    expert = ScriptedExpert(3)
+def test_take_over_descends_only_from_above_the_object_and_carries_on_what_is_held():
+    expert = ScriptedExpert(4)
     expert.phase[:] = PHASES.index("carry")  # whatever the envs did before
     expert.timer[:] = 5
     obj = pose(0.0, 0.0, 0.02)
     states = [{"tcp": pose(0.01, 0.01, 0.10), "object": obj},   # 1.4 cm aside, above: descend from here
               {"tcp": pose(0.05, 0.0, 0.10), "object": obj},    # 5 cm aside: back above the object first
-              {"tcp": pose(0.0, 0.0, 0.01), "object": obj}]     # beside it, below its middle: above first
-    expert.take_over(np.array([0, 1, 2]), states)
-    assert [PHASES[p] for p in expert.phase] == ["descend", "above", "above"]
+              {"tcp": pose(0.0, 0.0, 0.01), "object": obj},     # beside it, below its middle: above first
+              {"tcp": pose(0.0, 0.0, 0.03), "object": obj, "grasped": True}]  # held: keep it, rise, carry
+    expert.take_over(np.array([0, 1, 2, 3]), states)
+    assert [PHASES[p] for p in expert.phase] == ["descend", "above", "above", "lift"]
     assert (expert.timer == 0).all()
 
 

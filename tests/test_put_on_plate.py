@@ -517,6 +517,38 @@ def test_perturb_adds_noise_to_translation_and_yaw_only():
 
 @pytest.mark.slow
 @pytest.mark.maniskill
+def test_expert_taking_over_a_held_object_carries_it_on_to_the_plate(sim_env):
+    """What a late ``collect-corrections`` hand-over relies on: ``expert_state`` says the object is
+    held, and a new expert taking over then keeps it closed in the gripper up to the release
+    (the old take-over opened it and started over above the object) and solves the episode."""
+    from vla_envs.tasks.put_on_plate.expert import CLOSE, PHASES, ScriptedExpert
+
+    sim_env.reset(seed=1)
+    first = ScriptedExpert(1)
+    state = sim_env.backend.call(0, "expert_state")
+    assert not state["grasped"]
+    for _ in range(80):  # the first expert grasps and lifts, then hands over at the carry
+        sim_env.step(first.act([state]))
+        state = sim_env.backend.call(0, "expert_state")
+        if PHASES[first.phase[0]] == "carry":
+            break
+    assert PHASES[first.phase[0]] == "carry" and state["grasped"]
+    second = ScriptedExpert(1)
+    second.take_over(np.array([0]), [state])
+    success, grips = False, []
+    for _ in range(40):
+        action = second.act([sim_env.backend.call(0, "expert_state")])
+        if PHASES[second.phase[0]] not in ("open", "retreat"):
+            grips.append(float(action[0, 6]))
+        _, _, terminated, truncated, info = sim_env.step(action)
+        success |= bool(info["success"][0])
+        if terminated[0] or truncated[0]:
+            break
+    assert grips and all(g == CLOSE for g in grips) and success
+
+
+@pytest.mark.slow
+@pytest.mark.maniskill
 def test_scripted_expert_recovers_from_perturbed_actions(sim_env):
     """What ``collect-demos --action-noise`` relies on: executing noisy actions, the closed-loop
     expert still solves the episode, so the recorded recoveries are successful demos."""

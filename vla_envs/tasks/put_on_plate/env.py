@@ -287,15 +287,23 @@ class PutOnPlateInScene25Env(BaseEnv):
             out[idx] = 2 * (rot.abs() @ half[:, :, None])[..., 0]
 
     # ------------------------------------------------------------------ evaluation
+    def _grasping_selected(self) -> torch.Tensor:
+        """bool ``[N]`` (CPU): the gripper holds each env's selected object now."""
+        grasped = torch.zeros(self.num_envs, dtype=torch.bool)
+        for i, obj in enumerate(self.objects):
+            here = self.sel["object"] == i
+            if here.any():
+                grasped |= here & self.agent.is_grasping(obj).cpu()
+        return grasped
+
     def evaluate(self) -> dict[str, torch.Tensor]:
         (op, _), (pp, _) = self._selected_poses()
         n = self.num_envs
-        grasped = torch.zeros(n, dtype=torch.bool)
+        grasped = self._grasping_selected()
         force = torch.zeros(n)
         for i, obj in enumerate(self.objects):
             here = (self.sel["object"] == i)
             if here.any():
-                grasped |= here & self.agent.is_grasping(obj).cpu()
                 for j, plate in enumerate(self.plates):
                     pair = here & (self.sel["plate"] == j)
                     if pair.any():
@@ -319,15 +327,17 @@ class PutOnPlateInScene25Env(BaseEnv):
 
     def expert_state(self) -> dict[str, np.ndarray]:
         """Privileged state for the scripted expert (never an observation): world poses of
-        the TCP, the selected object and plate (xyz + wxyz), the object's bbox size, and the
+        the TCP, the selected object and plate (xyz + wxyz), the object's bbox size, the
         plate's ``on_plate_radius`` (metres: how near the plate's centre in the table plane an
-        object resting on it must be to count as placed, as ``evaluate`` judges it)."""
+        object resting on it must be to count as placed, as ``evaluate`` judges it), and whether
+        the gripper holds the object now (``grasped``, as ``evaluate`` judges it)."""
         (op, oq), (pp, pq) = self._selected_poses()
         tcp = self.agent.tcp.pose.raw_pose
         return {"tcp": tcp.cpu().numpy(), "object": torch.cat([op, oq], -1).cpu().numpy(),
                 "plate": torch.cat([pp, pq], -1).cpu().numpy(),
                 "object_size": self._obj_bbox[self.sel["object"]].numpy(),
                 "on_plate_radius": rewards.on_plate_radius(self.plate_bbox_world).numpy(),
+                "grasped": self._grasping_selected().numpy(),
                 "base_yaw": np.full(self.num_envs, np.pi)}
 
     def _maybe_move_object(self, grasped: torch.Tensor) -> None:

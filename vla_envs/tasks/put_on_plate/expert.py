@@ -68,12 +68,16 @@ class ScriptedExpert:
 
     def take_over(self, env_ids: np.ndarray, states: list[dict[str, np.ndarray]]) -> None:
         """Start envs ``env_ids`` mid-episode, from wherever another policy left them (``states``
-        are theirs, in order): a gripper already within reach of the object above it descends
+        are theirs, in order): a gripper that holds the object (``grasped``) keeps it, rises to
+        the carry height and carries it on; one within reach of the object above it descends
         from there; any other goes back above the object first."""
         for i, s in zip(np.asarray(env_ids, np.int64), states):
             lateral = float(np.linalg.norm(s["object"][:2] - s["tcp"][:2]))
             above_it = s["tcp"][2] > s["object"][2]
-            self.phase[i] = PHASES.index("descend") if lateral < TAKE_OVER_DESCEND_M and above_it else 0
+            if bool(s.get("grasped", False)):
+                self.phase[i] = PHASES.index("lift")
+            else:
+                self.phase[i] = PHASES.index("descend") if lateral < TAKE_OVER_DESCEND_M and above_it else 0
             self.timer[i] = 0
 
     def act(self, states: list[dict[str, np.ndarray]]) -> np.ndarray:
