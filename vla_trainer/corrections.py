@@ -5,10 +5,11 @@ centimetres off finds itself where no demo ever was, and its next chunk has noth
 (the covariate shift DAgger was made for). Here the policy acts for the first ``h`` steps of
 an episode (``h`` drawn per episode from ``handover_steps``), the expert then takes over from
 the state the policy left (``take_over``: carry on if the gripper holds the object, descend if
-already above it, otherwise go back above it) and acts to the end; only the expert's part is recorded, in the demo format of
-``vla_envs.demos`` (with the scene poses), so ``vla-train sft --demos <demos> <corrections>``
-trains on both. Every recorded chunk is a real expert trajectory from a state the policy
-reached, which per-step DAgger labels along the policy's own path would not be.
+already above it, otherwise go back above it) and acts to the end; only the expert's part is
+recorded, in the demo format of ``vla_envs.demos`` (with the scene poses), so
+``vla-train sft --demos <demos> <corrections>`` trains on both. Every recorded chunk is a real
+expert trajectory from a state the policy reached, which per-step DAgger labels along the
+policy's own path would not be.
 
 Shapes: ``N`` envs, chunk ``C`` (the policy's), actions ``[N, 1, 7]`` per env step.
 """
