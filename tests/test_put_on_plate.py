@@ -145,6 +145,31 @@ def test_green_screen_keeps_foreground_and_replaces_the_rest():
 
 
 # ------------------------------------------------------------------ asset packs
+def _make_and_read_pack(root: str) -> tuple[int, int]:
+    """In a worker process: ensure the procedural pack, then read every overlay image (what each
+    env's constructor does). Returns (pack.json's inode, overlays read)."""
+    from PIL import Image
+
+    from vla_envs.tasks.put_on_plate.procedural import ensure_procedural_pack
+
+    pack = load_pack(ensure_procedural_pack(Path(root)), "procedural")
+    for overlay in pack.overlays:
+        Image.open(overlay.image_file).convert("RGB")
+    return (Path(root) / "pack.json").stat().st_ino, len(pack.overlays)
+
+
+def test_env_workers_starting_together_make_one_procedural_pack(tmp_path):
+    """Concurrent first use (several env workers on a fresh asset folder): one pack is generated
+    and kept; a later generator used to delete it while others were reading its images."""
+    import multiprocessing
+
+    root = tmp_path / "assets" / "procedural"
+    with multiprocessing.get_context("spawn").Pool(3) as pool:
+        results = pool.map(_make_and_read_pack, [str(root)] * 3)
+    assert len({inode for inode, _ in results}) == 1 and all(n > 0 for _, n in results)
+    assert (root / "pack.json").stat().st_ino == results[0][0]
+
+
 def test_procedural_pack_has_the_official_shape(asset_root):
     pack = resolve_pack("procedural", asset_root)
     assert pack.kind == "procedural"

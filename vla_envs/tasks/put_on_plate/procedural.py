@@ -9,6 +9,7 @@ Bump ``VERSION`` whenever the output changes: packs of another version are regen
 
 from __future__ import annotations
 
+import fcntl
 import json
 import shutil
 import tempfile
@@ -168,30 +169,34 @@ def generate_pack(root: Path) -> None:
     (Path(root) / "pack.json").write_text(json.dumps({"kind": "procedural", "version": VERSION}))
 
 
+def _is_current(root: Path) -> bool:
+    try:
+        return json.loads((root / "pack.json").read_text()).get("version") == VERSION
+    except (json.JSONDecodeError, OSError):
+        return False
+
+
 def ensure_procedural_pack(root: Path) -> Path:
     """Generate the pack at ``root`` unless a pack of this ``VERSION`` is there; returns root.
 
-    Generation writes to a temporary sibling and renames it into place, so concurrent
-    callers and interrupted runs never leave a half-written pack behind."""
+    Generation holds a lock file beside ``root``, so of concurrent callers (env workers starting
+    together) one generates and the others then find its pack; none replaces a pack another
+    may be reading. It writes to a temporary sibling and renames it into place, so an
+    interrupted run never leaves a half-written pack behind."""
     root = Path(root)
-    marker = root / "pack.json"
-    if marker.is_file():
-        try:
-            if json.loads(marker.read_text()).get("version") == VERSION:
-                return root
-        except (json.JSONDecodeError, OSError):
-            pass
+    if _is_current(root):
+        return root
     root.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".procedural-", dir=root.parent))
-    try:
-        generate_pack(tmp / "pack")
-        if root.exists():
-            shutil.rmtree(root, ignore_errors=True)
+    with open(root.parent / f".{root.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if _is_current(root):  # a concurrent caller made it while this one waited
+            return root
+        tmp = Path(tempfile.mkdtemp(prefix=".procedural-", dir=root.parent))
         try:
+            generate_pack(tmp / "pack")
+            if root.exists():  # an older version or an incomplete pack
+                shutil.rmtree(root)
             (tmp / "pack").rename(root)
-        except OSError:
-            if not (root / "pack.json").is_file():  # lost a race to a complete pack: fine
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     return root
