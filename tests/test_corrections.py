@@ -6,11 +6,12 @@ import json
 
 import numpy as np
 import pytest
+from expert_policy import ExpertAsPolicy
 from tiny_vla import tiny  # also sets HF_HUB_OFFLINE and one torch thread
 
 from vla_envs.tasks.put_on_plate.expert import PHASES, ScriptedExpert
 from vla_trainer.cli import main as cli_main
-from vla_trainer.corrections import check_handover_steps
+from vla_trainer.corrections import check_grasp_delays, check_handover_steps
 
 
 def pose(x: float, y: float, z: float) -> np.ndarray:
@@ -36,6 +37,56 @@ def test_handover_steps_must_be_whole_chunks_inside_the_episode(steps):
     with pytest.raises(ValueError, match="multiple of the policy's chunk"):
         check_handover_steps(steps, chunk_size=8, time_limit=80)
     check_handover_steps([8, 16, 72], chunk_size=8, time_limit=80)
+
+
+@pytest.mark.parametrize("delays", [[-1], [80], [0, 8, 100]])
+def test_grasp_delays_must_fall_inside_the_episode(delays):
+    with pytest.raises(ValueError, match=r"in \[0, 80\) env steps"):
+        check_grasp_delays(delays, time_limit=80)
+    check_grasp_delays([0, 5, 79], time_limit=80)
+
+
+def test_cli_names_a_bad_grasp_delay(tmp_path, capsys):
+    args = ["collect-corrections", "--checkpoint", str(tmp_path / "none"), "--out", str(tmp_path / "c"),
+            "--handover-after-grasp", "0,soon"]
+    assert cli_main(args) == 2
+    assert "--handover-after-grasp '0,soon'" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.maniskill
+def test_hand_over_follows_the_policys_own_grasp(tmp_path, monkeypatch):
+    """With a grasp delay of 0 the expert takes over at the first step the policy holds the object,
+    long before the fixed hand-over step, keeps it closed and solves the episode; with
+    ``only_held`` the episode of a policy that never grasped is not kept, though the expert
+    finished it. (A hand-over at the fixed step alone records nothing here: the grasping policy
+    solves its episode before step 48, the other one never holds the object.)"""
+    pytest.importorskip("mani_skill")
+    import gymnasium as gym
+
+    from vla_envs.demos import load_demos
+    from vla_envs.registry import get_task
+    from vla_envs.tasks.put_on_plate.expert import CLOSE
+    from vla_trainer.corrections import _collect
+
+    monkeypatch.setenv("VLA_ENVS_ASSET_DIR", str(tmp_path / "assets"))
+    env = gym.make("PutOnPlateInScene25Main-v3", num_envs=2, image_size=32, low_poly=True, vectorization="serial",
+                   time_limit=56, auto_reset=True)
+    try:
+        summary = _collect(env, get_task("PutOnPlateInScene25Main-v3"), ExpertAsPolicy(env, idle_envs=(1,)),
+                           tmp_path / "c", 2, handover_steps=[48], grasp_delays=[0], only_held=True,
+                           temperature=0.6, seed=1, only_success=True)
+    finally:
+        env.close()
+    assert summary["episodes"] == 2 and summary["handovers_holding_the_object"] == 1 and summary["kept"] == 1
+    index, [recorded] = load_demos(tmp_path / "c")
+    assert index["expert_kwargs"] == {"take_over_after_steps": [48], "take_over_after_grasp_steps": [0],
+                                      "only_held": True}
+    [meta] = index["episodes"]
+    assert meta["held_at_handover"] == 1.0 and meta["success_once"] == 1.0
+    assert 0 < meta["handover_step"] < 40 and len(recorded["action"]) == meta["length"] - meta["handover_step"]
+    assert recorded["action"][0, 6] == CLOSE  # the expert kept what the policy held
+    assert summary["frames_recorded"] == len(recorded["action"])
 
 
 @pytest.mark.slow

@@ -8,11 +8,11 @@ import json
 import shutil
 import subprocess
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
+from expert_policy import ExpertAsPolicy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -741,19 +741,6 @@ def test_reach_report_bands_count_each_episode_once():
     assert "after the grasp" not in markdown(rows[3:], "h")  # no grasp, no carry table
 
 
-class _ExpertAsPolicy:
-    """The scripted expert behind ``VLAPolicy.act``'s signature, one action per chunk."""
-
-    def __init__(self, env):
-        from vla_envs.tasks.put_on_plate.expert import ScriptedExpert
-
-        self.env, self.expert = env, ScriptedExpert(env.num_envs)
-
-    def act(self, obs, temperature, generator):
-        states = [self.env.backend.call(i, "expert_state") for i in range(self.env.num_envs)]
-        return SimpleNamespace(actions=torch.as_tensor(self.expert.act(states))[:, None])
-
-
 @pytest.mark.slow
 @pytest.mark.maniskill
 def test_reach_report_follows_the_expert_through_the_carry(asset_root, monkeypatch):
@@ -767,7 +754,7 @@ def test_reach_report_follows_the_expert_through_the_carry(asset_root, monkeypat
     env = gym.make("PutOnPlateInScene25Main-v3", num_envs=1, image_size=32, low_poly=True, vectorization="serial",
                    time_limit=40, auto_reset=False, ignore_terminations=True)
     try:
-        [row] = reach_report(env, _ExpertAsPolicy(env), 1, seed=1)
+        [row] = reach_report(env, ExpertAsPolicy(env), 1, seed=1)
     finally:
         env.close()
     assert row["grasped"] and row["success"], row

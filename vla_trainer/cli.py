@@ -193,9 +193,11 @@ def cmd_collect_corrections(args: argparse.Namespace) -> int:
 
     try:
         handover = [int(h) for h in args.handover_steps.split(",")]
+        grasp_delays = [int(d) for d in args.handover_after_grasp.split(",")] if args.handover_after_grasp else []
         env_kwargs = json.loads(args.env_kwargs)
     except ValueError as e:
-        print(f"error: --handover-steps {args.handover_steps!r} (comma-separated env steps, e.g. 8,16) or "
+        print(f"error: --handover-steps {args.handover_steps!r} / --handover-after-grasp "
+              f"{args.handover_after_grasp!r} (comma-separated env steps, e.g. 8,16) or "
               f"--env-kwargs (JSON object): {e}", file=sys.stderr)
         return 2
     if (args.out / "index.json").exists():
@@ -204,7 +206,8 @@ def cmd_collect_corrections(args: argparse.Namespace) -> int:
     try:
         model, tokenizer = load_init_checkpoint(args.checkpoint, flag="--checkpoint")
         summary = collect_corrections(VLAPolicy(model, tokenizer), args.env_id, args.out, args.episodes,
-                                      handover_steps=handover, num_envs=args.num_envs, env_kwargs=env_kwargs,
+                                      handover_steps=handover, grasp_delays=grasp_delays,
+                                      only_held=args.only_held, num_envs=args.num_envs, env_kwargs=env_kwargs,
                                       temperature=args.temperature, seed=args.seed, only_success=args.only_success)
     except (FileNotFoundError, ValueError, KeyError, VLAModelError) as e:
         print(f"error: {e}", file=sys.stderr)
@@ -407,6 +410,11 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--handover-steps", default="8,16",
                    help="env steps the policy acts before the expert takes over, one drawn per episode; "
                         "multiples of the policy's chunk (default: %(default)s)")
+    k.add_argument("--handover-after-grasp", default="", metavar="D[,D...]",
+                   help="also hand over D env steps after the policy first holds the object, when that comes "
+                        "before the --handover-steps step; one D drawn per episode (default: off)")
+    k.add_argument("--only-held", action="store_true",
+                   help="keep only episodes handed over while the gripper held the object")
     k.add_argument("--num-envs", type=positive_int, default=2)
     k.add_argument("--temperature", type=positive_float, default=0.6, help="the policy's sampling temperature")
     k.add_argument("--seed", type=int, default=0)
