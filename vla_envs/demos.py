@@ -81,6 +81,10 @@ class EpisodeRecorder:
             b["reward"].append(rewards[i])
             b["success"].append(success[i])
 
+    def discard(self, i: int) -> None:
+        """Env ``i``'s episode ended and is not to be kept: drop its steps."""
+        self._buf[i] = self._empty()
+
     def finish(self, i: int, instruction: str, state_id: int, episode: dict[str, Any]) -> bool:
         """Env ``i``'s episode ended: write it (if kept; never one without steps) and start a new
         buffer. Returns kept."""

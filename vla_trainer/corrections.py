@@ -155,7 +155,7 @@ def _collect(env, spec, policy: VLAPolicy, out_dir, num_episodes: int, handover_
                     if by_expert[i]:
                         held_handovers += int(held_at_handover[i])
                         if only_held and not held_at_handover[i]:
-                            recorder.finish(i, instructions[i], int(state_ids[i]), {"success_once": 0.0})
+                            recorder.discard(i)
                         else:
                             written = recorder.finish(i, instructions[i], int(state_ids[i]),
                                                       {**episode, "handover_step": float(handover[i]),
@@ -165,7 +165,7 @@ def _collect(env, spec, policy: VLAPolicy, out_dir, num_episodes: int, handover_
                             expert_success.append(episode["success_once"])
                     else:  # finished before the hand-over (solved or timed out): nothing recorded
                         policy_success += int(episode["success_once"])
-                        recorder.finish(i, instructions[i], int(state_ids[i]), episode)
+                        recorder.discard(i)
                     episodes += 1
                     bar.update(1)
                     step[i], expert_steps[i], grasped_yet[i], held_at_handover[i] = 0, 0, False, False
