@@ -85,6 +85,21 @@ def test_two_iterations_learn_log_and_checkpoint(recipe, extra, tmp_path):
         assert all(r["grpo/score_mean"] == 0 for r in per_iter) and not changed
 
 
+def test_grpo_without_reward_learns_from_demos_with_the_bc_term(tmp_path):
+    """The same no-reward GRPO run with algorithm.bc_coef: every update now steps, on the demos."""
+    from synthetic_demos import write_demos
+
+    demos = write_demos(tmp_path / "demos")
+    cfg = load_config("cpu_grpo_tiny_put_on_plate", [*SMALL, "runner.max_epochs=2", "runner.val_check_interval=-1",
+                                                     "algorithm.bc_coef=1.0", f"algorithm.bc_demo_dirs=[{demos}]"])
+    run = train(cfg, run_dir=tmp_path / "run").run_dir
+    per_iter = [r for r in read_metrics(run) if r["iteration"] > 0]
+    assert all(r["grpo/score_mean"] == 0 and r["actor/trained"] == 1.0 and np.isfinite(r["actor/bc_nll"])
+               for r in per_iter)
+    before, after = _initial_weights(cfg), _weights(run, 2)
+    assert any(not torch.equal(before[k], after[k]) for k in after)
+
+
 def test_resume_continues_exactly_and_refuses_another_config(tmp_path):
     base = [*SMALL, "runner.val_check_interval=-1", "runner.save_interval=1", "runner.max_epochs=2"]
     straight = train(load_config("cpu_ppo_tiny_put_on_plate", base), run_dir=tmp_path / "a")

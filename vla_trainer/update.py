@@ -15,7 +15,9 @@ never count. An update whose loss is zero for every parameter (``has_learning_si
 no optimizer step. When the loss is the policy term alone (GRPO), a sample whose advantage is 0
 wherever it counts adds exactly 0 to the gradient; ``contributing_samples`` leaves such samples
 out of the forward-backward passes (and a global batch with none of them takes no step), which
-is most of a GRPO rollout whose groups mostly scored alike.
+is most of a GRPO rollout whose groups mostly scored alike. With ``algorithm.bc_coef`` > 0 every
+global batch also adds the behaviour-cloning term on demonstrations (``behaviour_cloning``), so
+every global batch takes a step.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import Callable
 import torch
 
 from .advantages import Targets
+from .behaviour_cloning import DemoBatches
 from .algorithms import (
     actor_should_update,
     align_values,
@@ -112,7 +115,7 @@ def contributing_samples(targets: Targets, alg) -> torch.Tensor | None:
 def update_policy(policy: VLAPolicy, optimizer: torch.optim.Optimizer, params: list[torch.nn.Parameter],
                   rollout: Rollout, targets: Targets, cfg: TrainConfig, iteration: int,
                   generator: torch.Generator, ref_policy: VLAPolicy | None = None, *,
-                  rank: int = 0, world_size: int = 1,
+                  demos: DemoBatches | None = None, rank: int = 0, world_size: int = 1,
                   all_reduce: Callable[[torch.Tensor], None] | None = None) -> dict:
     """Runs the update and returns mean metrics (losses, clip fractions, KL, grad norm).
 
@@ -121,6 +124,8 @@ def update_policy(policy: VLAPolicy, optimizer: torch.optim.Optimizer, params: l
     (an in-place sum over ranks of one flat tensor) adds the gradients before the step. Loss
     denominators are the global batch's, so the summed gradient equals one process's; every
     rank then takes the same step. Metrics are this rank's share (``merge_rank_metrics``).
+    ``demos``: the behaviour-cloning term's data (``algorithm.bc_coef`` > 0); rank 0 adds the
+    term, so the summed gradient holds it once.
     """
     alg, actor = cfg.algorithm, cfg.actor
     sp = alg.sampling_params
@@ -134,7 +139,8 @@ def update_policy(policy: VLAPolicy, optimizer: torch.optim.Optimizer, params: l
         raise ValueError(f"the {G // M} micro-batches of a global batch must split evenly over {world_size} "
                          "actor workers (actor.global_batch_size / actor.micro_batch_size)")
     train_actor = actor_should_update(iteration, actor.optim.critic_warmup_steps)
-    if not has_learning_signal(targets, alg):
+    clone = demos is not None and alg.bc_coef > 0 and train_actor
+    if not clone and not has_learning_signal(targets, alg):
         # the gradient would be exactly zero; an optimizer step would only replay Adam's momentum
         return {"actor/trained": 0.0, "actor/no_signal": 1.0}
     use_critic = alg.loss_type == "actor_critic"
@@ -156,7 +162,7 @@ def update_policy(policy: VLAPolicy, optimizer: torch.optim.Optimizer, params: l
             denom_v = max(float(value_mask.sum()), 1e-8)
             # every rank holds the same targets, so all agree on what to skip (no collective hangs)
             work = batch if contributes is None else batch[contributes[batch]]
-            if len(work) == 0:
+            if len(work) == 0 and not clone:
                 continue  # a zero gradient: an optimizer step would only replay Adam's momentum
             optimizer.zero_grad(set_to_none=True)
             bad = None
@@ -203,6 +209,15 @@ def update_policy(policy: VLAPolicy, optimizer: torch.optim.Optimizer, params: l
                     break
                 if loss.requires_grad:
                     loss.backward()
+            # every rank draws, so that all generators stay in step (the next shuffle must agree)
+            demo_idx = demos.draw(alg.bc_batch_size or M, generator) if clone else None
+            if demo_idx is not None and rank == 0 and bad is None:
+                bc = demos.loss(policy, demo_idx)
+                logs["actor/bc_nll"].append(bc.item())
+                if not torch.isfinite(bc):
+                    bad = f"the behaviour-cloning loss became {bc.item()} at iteration {iteration}; no optimizer step was taken"
+                else:
+                    (alg.bc_coef * bc).backward()
             if all_reduce is not None:  # every rank joins, also one that hit a bad loss (no rank hangs)
                 bad = _reduce_gradients(params, all_reduce, bad, iteration)
             if bad is not None:

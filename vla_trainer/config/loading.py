@@ -211,6 +211,11 @@ def validate(cfg: TrainConfig) -> None:
     _check(alg.update_epoch >= 1, "algorithm.update_epoch", f"must be >= 1, got {alg.update_epoch}")
     _check(alg.filter_low <= alg.filter_high, "algorithm.filter_low",
            f"must be <= algorithm.filter_high ({alg.filter_low} > {alg.filter_high})")
+    _check(alg.bc_coef >= 0, "algorithm.bc_coef", f"must be >= 0 (0: off), got {alg.bc_coef}")
+    _check(alg.bc_batch_size >= 0, "algorithm.bc_batch_size",
+           f"must be >= 0 (0: actor.micro_batch_size), got {alg.bc_batch_size}")
+    _check(alg.bc_coef == 0 or alg.bc_demo_dirs, "algorithm.bc_demo_dirs",
+           f"bc_coef={alg.bc_coef} needs demonstrations: set it to a list of vla-envs collect-demos folders")
     sp = alg.sampling_params
     for key in ("temperature_train", "temperature_eval"):
         _check(getattr(sp, key) > 0, f"algorithm.sampling_params.{key}", f"must be > 0, got {getattr(sp, key)}")

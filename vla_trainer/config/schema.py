@@ -106,6 +106,13 @@ class AlgorithmConfig:
     success_rate_filter: bool = False
     filter_low: float = 0.0
     filter_high: float = 1.0
+    bc_coef: float = 0.0
+    """Weight of a behaviour-cloning term on demonstrations added to every optimizer step (the
+    demo-augmented policy gradient of DAPG); 0: off. Not in the reference."""
+    bc_demo_dirs: list[str] = field(default_factory=list)
+    """``vla-envs collect-demos`` folders the behaviour-cloning term draws from (bc_coef > 0)."""
+    bc_batch_size: int = 0
+    """Demo samples per optimizer step for the behaviour-cloning term; 0: actor.micro_batch_size."""
     sampling_params: SamplingParams = field(default_factory=SamplingParams)
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from vla_trainer.build import build_policy, iteration_seed, make_env, make_optimizer
+from vla_trainer.build import build_policy, iteration_seed, load_bc_demos, make_env, make_optimizer
 from vla_trainer.config.schema import TrainConfig
 from vla_trainer.evaluation import evaluate_recipe
 from vla_trainer.models import EnvGenerators
@@ -52,6 +52,7 @@ class LocalRuntime:
         self.image_size = self.policy.config.image_size
         self.optimizer, self.params = make_optimizer(self.policy, cfg)
         self.ref_policy = build_policy(cfg) if cfg.algorithm.kl_beta > 0 else None
+        self.demos = load_bc_demos(cfg, self.policy)
         self.update_gen = torch.Generator().manual_seed(cfg.actor.seed + 1)
         if state is not None:
             self.optimizer.load_state_dict(state["optimizer"])
@@ -75,7 +76,7 @@ class LocalRuntime:
 
     def update(self, rollout, targets, iteration: int) -> dict:
         return update_policy(self.policy, self.optimizer, self.params, rollout, targets, self.cfg, iteration,
-                             self.update_gen, self.ref_policy)
+                             self.update_gen, self.ref_policy, demos=self.demos)
 
     def sync_weights(self) -> float:
         return 0.0  # the rollout policy is the trained one

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from vla_trainer.build import build_policy, iteration_seed, make_env, make_optimizer
+from vla_trainer.build import build_policy, iteration_seed, load_bc_demos, make_env, make_optimizer
 from vla_trainer.config.schema import TrainConfig
 from vla_trainer.models import EnvGenerators
 from vla_trainer.rollout import values_of
@@ -201,6 +201,7 @@ class ActorWorker:
         self.policy = build_policy(cfg, resume / "model" if resume else None, device=device_of(spec))
         self.optimizer, self.params = make_optimizer(self.policy, cfg)
         self.ref_policy = build_policy(cfg, device=device_of(spec)) if cfg.algorithm.kl_beta > 0 else None
+        self.demos = load_bc_demos(cfg, self.policy)  # every rank draws the same indices; rank 0 adds the term
         self.update_gen = torch.Generator().manual_seed(cfg.actor.seed + 1)
         if state is not None:
             self.optimizer.load_state_dict(state["optimizer"])
@@ -237,7 +238,7 @@ class ActorWorker:
 
             all_reduce = dist.all_reduce
         return update_policy(self.policy, self.optimizer, self.params, rollout, targets, self.cfg, iteration,
-                             self.update_gen, self.ref_policy, rank=self.spec.rank, world_size=self.world_size,
+                             self.update_gen, self.ref_policy, demos=self.demos, rank=self.spec.rank, world_size=self.world_size,
                              all_reduce=all_reduce)
 
     def get_weights(self) -> dict:
