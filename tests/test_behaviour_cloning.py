@@ -72,7 +72,7 @@ def test_the_step_follows_bc_coef_times_the_demo_nll_gradient(demos):
     assert metrics["actor/bc_nll"] == pytest.approx(loss.item() / 0.5, rel=1e-5)
     loss.backward()
     compared = 0
-    for got, p in zip(seen[0], [p for p in ref_params], strict=True):
+    for got, p in zip(seen[0], ref_params, strict=True):
         if p.grad is None:
             assert got is None or not got.any()
             continue
