@@ -93,8 +93,6 @@ def make_optimizer(policy, cfg: TrainConfig) -> tuple[torch.optim.Optimizer, lis
     return optimizer, params
 
 
-
-
 def load_bc_demos(cfg: TrainConfig, policy):
     """The behaviour-cloning term's demonstrations (``algorithm.bc_demo_dirs``) when
     ``algorithm.bc_coef`` > 0, else None.

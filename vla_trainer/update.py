@@ -29,7 +29,6 @@ from typing import Callable
 import torch
 
 from .advantages import Targets
-from .behaviour_cloning import DemoBatches
 from .algorithms import (
     actor_should_update,
     align_values,
@@ -40,6 +39,7 @@ from .algorithms import (
     reduce_log_probs,
     value_loss,
 )
+from .behaviour_cloning import DemoBatches
 from .config.schema import TrainConfig
 from .models import ActionEvaluation, VLAPolicy
 from .rollout import Rollout
