@@ -2,13 +2,16 @@
 with a nonzero advantage (``vla_trainer.update.contributing_samples``).
 
     .venv/bin/python bench/grpo_update.py [--envs 16] [--group-size 4] [--informative 1] [--rounds 3]
+                                          [--bc-demos DIR]
 
 A synthetic rollout shaped like the GRPO recipe's (``--envs`` envs x 10 chunks of 8 steps, 64 px
 frames, actions and log-probs sampled from the model): ``--informative`` groups score
 differently (one member succeeds), the others all score 0, as when most groups neither grasp
 nor place. Both variants start from the same weights and optimizer state and are timed in
 alternating rounds (median), so load drift hits both alike; the script also checks that they
-take the same step.
+take the same step. ``--bc-demos`` (a ``vla-envs collect-demos`` folder) times a third variant
+in the same rounds: the second plus the behaviour-cloning term (``algorithm.bc_coef=1``), which
+adds one micro-batch of demos to every optimizer step.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import torch
 
 import vla_trainer.update as update
 from vla_trainer.advantages import compute_targets
-from vla_trainer.build import make_optimizer
+from vla_trainer.build import load_bc_demos, make_optimizer
 from vla_trainer.config import load_config
 from vla_trainer.models import VLAPolicy, build_model
 from vla_trainer.rollout import Rollout
@@ -64,6 +67,7 @@ def main() -> None:
     ap.add_argument("--micro-batch", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--bc-demos", default=None, help="also time the update with the behaviour-cloning term")
     args = ap.parse_args()
     if args.informative > args.envs // args.group_size:
         ap.error(f"--informative {args.informative} exceeds the {args.envs // args.group_size} groups")
@@ -80,18 +84,23 @@ def main() -> None:
     start = copy.deepcopy(policy.model.state_dict())
 
     every_sample = update.contributing_samples
-    variants = {"all samples": lambda targets, alg: None, "nonzero advantage only": every_sample}
+    variants = {"all samples": (lambda targets, alg: None, cfg, None),
+                "nonzero advantage only": (every_sample, cfg, None)}
+    if args.bc_demos:
+        bc_cfg = copy.deepcopy(cfg)
+        bc_cfg.algorithm.bc_coef, bc_cfg.algorithm.bc_demo_dirs = 1.0, [args.bc_demos]
+        variants["+ behaviour-cloning term"] = (every_sample, bc_cfg, load_bc_demos(bc_cfg, policy))
     times: dict[str, list[float]] = {k: [] for k in variants}
     after: dict[str, dict] = {}
     fraction = None
     for _ in range(args.rounds):
-        for name, chooser in variants.items():
+        for name, (chooser, run_cfg, demos) in variants.items():
             policy.model.load_state_dict(start)
-            opt, params = make_optimizer(policy, cfg)
+            opt, params = make_optimizer(policy, run_cfg)
             update.contributing_samples = chooser
             t0 = time.perf_counter()
-            metrics = update.update_policy(policy, opt, params, rollout, targets, cfg, 0,
-                                           torch.Generator().manual_seed(0))
+            metrics = update.update_policy(policy, opt, params, rollout, targets, run_cfg, 0,
+                                           torch.Generator().manual_seed(0), demos=demos)
             times[name].append(time.perf_counter() - t0)
             fraction = metrics.get("actor/sample_fraction", fraction)
             after[name] = {k: v.detach().clone() for k, v in policy.model.state_dict().items()}
