@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The supervised warm start for the main job, made from scratch on this CPU (about 70 min on 2 cores):
+# The supervised warm start for the main job, made from scratch on this CPU (about 85 min on 2 cores):
 #   1. VLA_DEMO_EPISODES (900) scripted-expert episodes on PutOnPlateInScene25Main-v3 (procedural
 #      assets, low-poly Panda, the camera cropped to the workspace, 64 px), with the expert's
 #      privileged poses; the expert moves at most VLA_EXPERT_MAX_SPEED (1.0) of the controller's
@@ -8,9 +8,9 @@
 #      steps of 64 frames, lr 3e-4; the towers learn to locate the TCP, object and plate -> DIR/vision
 #   3. SFT of the whole policy from it: VLA_SFT_STEPS (700) steps of 32, lr 5e-4, 50 warm-up steps,
 #      cosine. VLA_PATCH_POSITIONS (sincos; none: off) adds a trained place code to the projected
-#      patches; VLA_LAYOUT_TOKEN (none; linear: on) adds a token that maps all patches flattened;
+#      patches; VLA_LAYOUT_TOKEN (linear; none: off) adds a token that maps all patches flattened;
 #      VLA_SCENE_LOSS_WEIGHT (1; 0: off) co-trains grounding (the scene poses regressed from the
-#      action slots); VLA_FIRST_FRAME_REPEATS (1) draws each episode's first frame, where the
+#      action slots); VLA_FIRST_FRAME_REPEATS (8) draws each episode's first frame, where the
 #      reach is decided, that many times per epoch; VLA_RELEASE_FRAME_REPEATS (1) does the same
 #      for the frames whose action chunk holds the release over the plate       -> DIR/sft_0
 #   4. VLA_SFT_STAGES (1) continuation stages of VLA_SFT_STAGE_STEPS (1000) steps of 32 at lr 3e-4,
@@ -34,10 +34,10 @@ DEMO_SEED=300
 EXPERT_MAX_SPEED="${VLA_EXPERT_MAX_SPEED:-1.0}"
 VISION_STEPS="${VLA_VISION_STEPS:-400}"
 PATCH_POSITIONS="${VLA_PATCH_POSITIONS:-sincos}"
-LAYOUT_TOKEN="${VLA_LAYOUT_TOKEN:-none}"
+LAYOUT_TOKEN="${VLA_LAYOUT_TOKEN:-linear}"
 STEPS0="${VLA_SFT_STEPS:-700}"
 SCENE_WEIGHT="${VLA_SCENE_LOSS_WEIGHT:-1}"
-FIRST_FRAME_REPEATS="${VLA_FIRST_FRAME_REPEATS:-1}"
+FIRST_FRAME_REPEATS="${VLA_FIRST_FRAME_REPEATS:-8}"
 RELEASE_FRAME_REPEATS="${VLA_RELEASE_FRAME_REPEATS:-1}"
 STAGES="${VLA_SFT_STAGES:-1}"
 STAGE_STEPS="${VLA_SFT_STAGE_STEPS:-1000}"

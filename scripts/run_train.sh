@@ -3,18 +3,24 @@
 #   1. set up (scripts/setup.sh maniskill)
 #   2. the warm start: by default the shipped one, warm_start/tiny-openvla-oft-put-on-plate (the tiny
 #      OpenVLA-OFT preset trained by scripts/make_warm_start.sh on scripted-expert demos; its
-#      made_by.json says how). VLA_WARM_START=train makes it here instead (about 70 min more);
+#      made_by.json says how). VLA_WARM_START=train makes it here instead (about 85 min more);
 #      VLA_WARM_START=<checkpoint folder> uses that one.
-#   3. PPO from the warm start (vla-train --config cpu_ppo_tiny_put_on_plate) on
-#      PutOnPlateInScene25Main-v3 (procedural assets, low-poly Panda, camera cropped to the workspace,
-#      64 px), evaluating on held-out initial states every 10 iterations; writes the success curve
-#   4. vla-eval of the warm start and of the PPO policy on the same held-out initial states
-# Everything lands in runs/main/ (ppo/ with metrics.jsonl, tensorboard/, checkpoints/,
-# success_curve.png; eval_warm_start/ and eval_ppo/; warm_start/ when trained here). PPO resumes
-# from its latest checkpoint, so an interrupted run continues.
-# Budget (env vars): VLA_PPO_MINUTES (50), VLA_EVAL_EPISODES (32). Extra arguments are recipe
-# overrides for the PPO stage.
+#   3. RL from the warm start on PutOnPlateInScene25Main-v3 (procedural assets, low-poly Panda, camera
+#      cropped to the workspace, 64 px): VLA_ALGORITHM grpo (vla-train --config cpu_grpo_tiny_put_on_plate,
+#      16 envs in groups of 4) or ppo (cpu_ppo_tiny_put_on_plate), evaluating on held-out initial states
+#      every 20 (GRPO) or 10 (PPO) iterations; writes the success curve
+#   4. vla-eval of the warm start and of the RL policy on the same held-out initial states
+# Everything lands in runs/main/ (grpo/ or ppo/ with metrics.jsonl, tensorboard/, checkpoints/,
+# success_curve.png; eval_warm_start/ and eval_grpo/ or eval_ppo/; warm_start/ when trained here). RL
+# resumes from its latest checkpoint, so an interrupted run continues.
+# Budget (env vars): VLA_RL_MINUTES (40), VLA_EVAL_EPISODES (128 each). Extra arguments are recipe
+# overrides for the RL stage.
 set -euo pipefail
+ALG="${VLA_ALGORITHM:-grpo}"
+case "$ALG" in
+  grpo|ppo) ;;
+  *) echo "error: VLA_ALGORITHM=$ALG: use grpo or ppo" >&2; exit 2 ;;
+esac
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$ROOT/scripts/setup.sh" maniskill
 cd "$ROOT"
@@ -37,26 +43,31 @@ if [ ! -f "$MODEL/config.json" ]; then
        "or the folder of a vla-train sft / vla-train checkpoint" >&2
   exit 2
 fi
-echo "== 2/3 PPO from the warm start $MODEL -> $OUT/ppo"
+echo "== 2/3 ${ALG^^} from the warm start $MODEL -> $OUT/$ALG"
 RESUME=()
-if [ -f "$OUT/ppo/checkpoints/latest" ]; then RESUME=(runner.resume_dir=auto); fi
-.venv/bin/vla-train --config cpu_ppo_tiny_put_on_plate --run-dir "$OUT/ppo" \
+if [ -f "$OUT/$ALG/checkpoints/latest" ]; then RESUME=(runner.resume_dir=auto); fi
+.venv/bin/vla-train --config "cpu_${ALG}_tiny_put_on_plate" --run-dir "$OUT/$ALG" \
   actor.model.model_path="$MODEL" runner.max_epochs=100000 \
-  runner.max_wall_minutes="${VLA_PPO_MINUTES:-50}" "${RESUME[@]}" "$@"
-echo "== 3/3 held-out evaluation of the warm start and the PPO policy"
-.venv/bin/vla-eval --checkpoint "$MODEL" --num-envs 4 --num-episodes "${VLA_EVAL_EPISODES:-32}" \
-  --seed 7 --env-kwargs "$ENV_KWARGS" --out "$OUT/eval_warm_start"
-.venv/bin/vla-eval --checkpoint "$OUT/ppo" --num-envs 4 --num-episodes "${VLA_EVAL_EPISODES:-32}" \
-  --seed 7 --env-kwargs "$ENV_KWARGS" --out "$OUT/eval_ppo"
-.venv/bin/python - "$OUT" <<'PY'
+  runner.max_wall_minutes="${VLA_RL_MINUTES:-40}" "${RESUME[@]}" "$@"
+echo "== 3/3 held-out evaluation of the warm start and the ${ALG^^} policy"
+for which in warm_start "$ALG"; do
+  CKPT="$MODEL"; [ "$which" = warm_start ] || CKPT="$OUT/$ALG"
+  .venv/bin/vla-eval --checkpoint "$CKPT" --num-envs 4 --num-episodes "${VLA_EVAL_EPISODES:-128}" \
+    --seed 7 --env-kwargs "$ENV_KWARGS" --out "$OUT/eval_$which"
+done
+.venv/bin/python - "$OUT" "$ALG" <<'PY'
 import json, sys
-out = sys.argv[1]
-rows = {s: json.load(open(f"{out}/eval_{s}/eval.json"))["rows"][0] for s in ("warm_start", "ppo")}
+out, alg = sys.argv[1], sys.argv[2]
+rows = {s: json.load(open(f"{out}/eval_{s}/eval.json"))["rows"][0] for s in ("warm_start", alg)}
 for key in ("success_once", "success_at_end", "grasped_once", "return"):
-    if key not in rows["ppo"]:
+    if key not in rows[alg]:
         continue
-    a, b = rows["warm_start"][key], rows["ppo"][key]
+    a, b = rows["warm_start"][key], rows[alg][key]
     scale, unit = (100, "%") if key != "return" else (1, "")
-    print(f"{key:15s} warm start {scale * a:6.2f}{unit}  ->  PPO {scale * b:6.2f}{unit}  ({scale * (b - a):+.2f})")
-print(f"success curve: {out}/ppo/success_curve.png   TensorBoard: .venv/bin/tensorboard --logdir {out}/ppo/tensorboard")
+    print(f"{key:15s} warm start {scale * a:6.2f}{unit}  ->  {alg.upper()} {scale * b:6.2f}{unit}  ({scale * (b - a):+.2f})")
+# the 95 % intervals tell a change from the noise of a few successes
+ci = {s: "-".join(f"{100 * x:.1f}" for x in rows[s]["success_once_ci95"]) for s in rows}
+print(f"success_once 95 % CI: warm start {ci['warm_start']} %, {alg.upper()} {ci[alg]} %"
+      f" ({rows[alg]['num_episodes']} held-out episodes each)")
+print(f"success curve: {out}/{alg}/success_curve.png   TensorBoard: .venv/bin/tensorboard --logdir {out}/{alg}/tensorboard")
 PY

@@ -165,21 +165,26 @@ def test_grpo_cpu_recipe_inherits_ppo_cpu_recipe():
     grpo = load_config("cpu_grpo_tiny_put_on_plate")
     # inherited from the parent (not the schema defaults)
     assert grpo.env.train.task == ppo.env.train.task == "PutOnPlateInScene25Main-v3"
-    assert grpo.env.train.total_num_envs == ppo.env.train.total_num_envs == 4
     assert grpo.env.train.env_kwargs == ppo.env.train.env_kwargs == {"low_poly": True, "assets": "procedural",
                                                                      "camera_crop": [190, 80, 460, 350]}
     assert grpo.env.eval == ppo.env.eval
     assert grpo.rollout == ppo.rollout
-    assert (grpo.actor.global_batch_size, grpo.actor.micro_batch_size) == (ppo.actor.global_batch_size,
-                                                                           ppo.actor.micro_batch_size)
-    assert (grpo.actor.global_batch_size, grpo.actor.micro_batch_size) != (640, 40)  # not schema defaults
+    assert grpo.actor.micro_batch_size == ppo.actor.micro_batch_size == 10
     assert grpo.runner.max_epochs == ppo.runner.max_epochs == 60
-    assert grpo.actor.optim == ppo.actor.optim
     assert grpo.algorithm.update_epoch == ppo.algorithm.update_epoch == 2
+    assert grpo.actor.optim.clip_grad == ppo.actor.optim.clip_grad == 1.0
+    # a nested mapping merges key by key: the child sets the training temperature only
+    assert grpo.algorithm.sampling_params.temperature_eval == ppo.algorithm.sampling_params.temperature_eval == 0.6
+    assert (ppo.algorithm.sampling_params.temperature_train, grpo.algorithm.sampling_params.temperature_train) == (
+        1.0, 0.6)
     # overridden by the child
     assert (ppo.algorithm.adv_type, grpo.algorithm.adv_type) == ("gae", "grpo")
     assert (ppo.algorithm.loss_type, grpo.algorithm.loss_type) == ("actor_critic", "actor")
-    assert grpo.algorithm.group_size == 2
+    assert grpo.algorithm.group_size == 4
+    assert (ppo.env.train.total_num_envs, grpo.env.train.total_num_envs) == (4, 16)
+    assert (ppo.actor.global_batch_size, grpo.actor.global_batch_size) == (20, 80)
+    assert (ppo.actor.optim.lr, grpo.actor.optim.lr) == (pytest.approx(1e-4), pytest.approx(2e-5))
+    assert (ppo.runner.val_check_interval, grpo.runner.val_check_interval) == (10, 20)
     assert grpo.algorithm.clip_ratio_high == pytest.approx(0.28) != ppo.algorithm.clip_ratio_high
     assert grpo.algorithm.length_normalization is True
     assert (ppo.env.train.auto_reset, grpo.env.train.auto_reset) == (True, False)

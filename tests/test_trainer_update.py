@@ -104,7 +104,7 @@ def test_nan_advantages_stop_before_the_optimizer_step():
 
 
 def test_grpo_targets_mask_after_the_first_done_and_weight_by_length():
-    cfg = load_config("cpu_grpo_tiny_put_on_plate", ["env.train.total_num_envs=2", "actor.global_batch_size=4",
+    cfg = load_config("cpu_grpo_tiny_put_on_plate", ["env.train.total_num_envs=2", "algorithm.group_size=2", "actor.global_batch_size=4",
                                                      "actor.micro_batch_size=2"])
     policy = policy_for(*tiny())
     rollout = synthetic_rollout(policy)
@@ -130,7 +130,7 @@ def test_an_update_without_signal_takes_no_optimizer_step(overrides, skipped):
     """GRPO with equal scores in every group: the loss is 0 everywhere, so no step is taken (an
     AdamW step with zero gradients would still move the weights by its momentum); any other loss
     term makes the update run."""
-    cfg = load_config("cpu_grpo_tiny_put_on_plate", ["env.train.total_num_envs=2", "actor.global_batch_size=4",
+    cfg = load_config("cpu_grpo_tiny_put_on_plate", ["env.train.total_num_envs=2", "algorithm.group_size=2", "actor.global_batch_size=4",
                                                      "actor.micro_batch_size=2", *overrides])
     value_type = "chunk_level" if cfg.algorithm.loss_type == "actor_critic" else None
     policy = policy_for(*tiny(value_type=value_type))
@@ -156,7 +156,8 @@ def test_grpo_update_skips_samples_without_advantage_and_gets_the_same_step(logp
     every sample take."""
     import vla_trainer.update as update
 
-    cfg = load_config("cpu_grpo_tiny_put_on_plate", ["env.train.total_num_envs=4", "actor.global_batch_size=8",
+    cfg = load_config("cpu_grpo_tiny_put_on_plate", ["env.train.total_num_envs=4", "algorithm.group_size=2",
+                                                     "actor.global_batch_size=8",
                                                      "actor.micro_batch_size=2",
                                                      f"algorithm.logprob_type={logprob_type}"])
     results, evaluated = [], []

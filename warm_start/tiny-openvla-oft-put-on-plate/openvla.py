@@ -23,7 +23,7 @@ from transformers.utils import ModelOutput
 
 from .action_tokenizer import ActionTokenizer
 from .config import OpenVLAConfig, check_autoregressive
-from .errors import InvalidInputError
+from .errors import ConfigMismatchError, InvalidInputError
 from .masks import attention_bias, decode_step_bias, position_ids_from_mask
 from .sampling import check_sampling_args, log_prob_and_entropy, processed_logits, sample_indices
 from .value_head import ValueHead
@@ -82,11 +82,8 @@ class OpenVLAForActionPrediction(PreTrainedModel):
         self.check_config(config)
         self.vision_backbone = FusedVisionBackbone(config)
         self.projector = FusedProjector(self.vision_backbone.embed_dim, config.text_config.hidden_size)
-        self.patch_positions = None
-        if config.patch_positions == "sincos":
-            grid = config.image_size // config.vision_config.patch_size
-            # amplitude near the projector's output scale, so neither drowns the other at the start
-            self.patch_positions = nn.Parameter(sincos_patch_code(grid, config.text_config.hidden_size, 0.25))
+        self.patch_positions = nn.Parameter(self.new_patch_code()) if config.patch_positions == "sincos" else None
+        self.layout_token = self.new_layout_token() if config.layout_token == "linear" else None
         self.language_model = LlamaForCausalLM(config.text_config)
         self.value_head = (
             ValueHead(config.text_config.hidden_size, config.value_hidden_sizes, config.num_value_outputs)
@@ -95,11 +92,50 @@ class OpenVLAForActionPrediction(PreTrainedModel):
         )
         self.post_init()
         self.vision_backbone.zero_cls_position()
+        if self.layout_token is not None:
+            self.layout_token = self.new_layout_token()  # post_init's generic init is too large for its input width
 
     @staticmethod
     def check_config(config: OpenVLAConfig) -> None:
         """Raises ConfigMismatchError (naming the field) if ``config`` does not fit this class."""
         check_autoregressive(config)
+
+    def new_patch_code(self) -> torch.Tensor:
+        """The place code a model with ``patch_positions="sincos"`` starts from: ``[P, D]``."""
+        grid = self.config.image_size // self.config.vision_config.patch_size
+        # amplitude near the projector's output scale, so neither drowns the other at the start
+        return sincos_patch_code(grid, self.config.text_config.hidden_size, 0.25)
+
+    def add_patch_positions(self) -> None:
+        """Gives a model built without a place code (the official checkpoints have none) the code a
+        new ``patch_positions="sincos"`` model starts from, to be learned in fine-tuning; every other
+        weight is kept. Raises ConfigMismatchError if the model has a code already."""
+        if self.patch_positions is not None:
+            raise ConfigMismatchError(
+                "patch_positions: the model has a place code already (sincos); nothing to add"
+            )
+        like = self.projector.fc3.weight
+        self.patch_positions = nn.Parameter(self.new_patch_code().to(device=like.device, dtype=like.dtype))
+        self.config.patch_positions = "sincos"
+
+    def new_layout_token(self) -> nn.Linear:
+        """The map a model with ``layout_token="linear"`` starts from: flattened patches ``[P * D]``
+        -> one token ``[D]``, scaled so the token starts at the size of a projected patch."""
+        num_patches, dim = self.vision_backbone.num_patches, self.config.text_config.hidden_size
+        layer = nn.Linear(num_patches * dim, dim)
+        nn.init.normal_(layer.weight, std=self.config.initializer_range / num_patches**0.5)
+        nn.init.zeros_(layer.bias)
+        return layer
+
+    def add_layout_token(self) -> None:
+        """Gives a model built without a layout token (the official checkpoints have none) the map a
+        new ``layout_token="linear"`` model starts from, to be learned in fine-tuning; every other
+        weight is kept. Raises ConfigMismatchError if the model has one already."""
+        if self.layout_token is not None:
+            raise ConfigMismatchError("layout_token: the model has a layout token already (linear); nothing to add")
+        like = self.projector.fc3.weight
+        self.layout_token = self.new_layout_token().to(device=like.device, dtype=like.dtype)
+        self.config.layout_token = "linear"
 
     # --- Hugging Face plumbing ------------------------------------------------------------
     def get_input_embeddings(self) -> nn.Module:
@@ -132,7 +168,8 @@ class OpenVLAForActionPrediction(PreTrainedModel):
         Shapes:
             pixel_values: ``[N, 6, H, W]``; input_ids: int64 ``[N, T]`` (no BOS, left-padded);
             attention_mask: ``[N, T]`` (1 = token, 0 = padding).
-            returns: embeddings ``[N, L, D]`` with ``L = 1 + P + T``, valid bool ``[N, L]``.
+            returns: embeddings ``[N, L, D]`` with ``L = 1 + P + T`` (``2 + P + T`` with a layout
+            token after the patches), valid bool ``[N, L]``.
         """
         n = input_ids.shape[0]
         if pixel_values.shape[0] != n or attention_mask.shape != input_ids.shape:
@@ -142,9 +179,12 @@ class OpenVLAForActionPrediction(PreTrainedModel):
                 f"attention_mask {tuple(attention_mask.shape)}"
             )
         embed = self.get_input_embeddings()
-        patches = self.projector(self.vision_backbone(pixel_values))
+        patches = self.projector(self.vision_backbone(pixel_values))  # [N, P, D]
+        layout = None if self.layout_token is None else self.layout_token(patches.flatten(1)).unsqueeze(1)
         if self.patch_positions is not None:
             patches = patches + self.patch_positions
+        if layout is not None:
+            patches = torch.cat([patches, layout], dim=1)  # [N, P + 1, D]
         bos = embed(torch.full((n, 1), self.config.bos_token_id, dtype=torch.long, device=input_ids.device))
         embeds = torch.cat([bos, patches.to(bos.dtype), embed(input_ids)], dim=1)
         valid = torch.cat(
