@@ -26,7 +26,8 @@ def demos(tmp_path_factory):
 def _grpo_without_signal(demos, *overrides):
     """A GRPO update whose groups all scored alike (every advantage 0), with the BC term."""
     cfg = load_config("cpu_grpo_tiny_put_on_plate", [
-        "env.train.total_num_envs=2", "algorithm.group_size=2", "actor.global_batch_size=4", "actor.micro_batch_size=2",
+        "env.train.total_num_envs=2", "algorithm.group_size=2", "actor.global_batch_size=4",
+        "actor.micro_batch_size=2",
         f"algorithm.bc_demo_dirs=[{demos}]", *overrides])
     policy = policy_for(*tiny())
     rollout = synthetic_rollout(policy)

@@ -18,7 +18,8 @@ from vla_trainer.runner import train
 pytestmark = [pytest.mark.maniskill, pytest.mark.slow]
 
 SMALL = ["env.train.total_num_envs=2", "algorithm.group_size=2", "env.train.vectorization=serial",
-         "rollout.steps_per_rollout=16", "actor.global_batch_size=4", "actor.micro_batch_size=2", "runner.progress_bar=false",
+         "rollout.steps_per_rollout=16", "actor.global_batch_size=4", "actor.micro_batch_size=2",
+         "runner.progress_bar=false",
          "env.eval.total_num_envs=2", "env.eval.num_episodes=2", "env.eval.vectorization=serial",
          "env.eval.max_episode_steps=16"]
 

@@ -104,8 +104,8 @@ def test_nan_advantages_stop_before_the_optimizer_step():
 
 
 def test_grpo_targets_mask_after_the_first_done_and_weight_by_length():
-    cfg = load_config("cpu_grpo_tiny_put_on_plate", ["env.train.total_num_envs=2", "algorithm.group_size=2", "actor.global_batch_size=4",
-                                                     "actor.micro_batch_size=2"])
+    cfg = load_config("cpu_grpo_tiny_put_on_plate", ["env.train.total_num_envs=2", "algorithm.group_size=2",
+                                                     "actor.global_batch_size=4", "actor.micro_batch_size=2"])
     policy = policy_for(*tiny())
     rollout = synthetic_rollout(policy)
     targets = compute_targets(rollout, cfg.algorithm, group_size=2)
@@ -130,8 +130,9 @@ def test_an_update_without_signal_takes_no_optimizer_step(overrides, skipped):
     """GRPO with equal scores in every group: the loss is 0 everywhere, so no step is taken (an
     AdamW step with zero gradients would still move the weights by its momentum); any other loss
     term makes the update run."""
-    cfg = load_config("cpu_grpo_tiny_put_on_plate", ["env.train.total_num_envs=2", "algorithm.group_size=2", "actor.global_batch_size=4",
-                                                     "actor.micro_batch_size=2", *overrides])
+    cfg = load_config("cpu_grpo_tiny_put_on_plate", ["env.train.total_num_envs=2", "algorithm.group_size=2",
+                                                     "actor.global_batch_size=4", "actor.micro_batch_size=2",
+                                                     *overrides])
     value_type = "chunk_level" if cfg.algorithm.loss_type == "actor_critic" else None
     policy = policy_for(*tiny(value_type=value_type))
     rollout = synthetic_rollout(policy)
