@@ -125,6 +125,29 @@ def test_two_iterations_in_every_placement_match_one_process(mode, one_process_r
     assert rec["time/weight_sync"] > 0 and rec["throughput/env_frames_per_s"] > 0
 
 
+def test_behaviour_cloning_term_on_two_actor_ranks_matches_one_process(one_process_run, tmp_path):
+    """With algorithm.bc_coef on, two Ray actor ranks (one adds the term, both draw the demo
+    indices) train to the one-process weights, and the term was really there."""
+    from synthetic_demos import write_demos
+
+    from vla_trainer.metrics_log import read_metrics
+
+    bc = BASE + ["algorithm.bc_coef=0.5", "algorithm.bc_batch_size=4",
+                 f"algorithm.bc_demo_dirs=[{write_demos(tmp_path / 'demos')}]"]
+    local = train(load_config("cpu_ppo_tiny_put_on_plate", bc), run_dir=tmp_path / "local")
+    ray_run = train(load_config("cpu_ppo_tiny_put_on_plate", bc + RAY + LAYOUTS["disaggregated"]),
+                    run_dir=tmp_path / "ray")
+    assert ray_run.iterations == local.iterations == 2
+    expected, got = _final_weights(local.run_dir), _final_weights(ray_run.run_dir)
+    for k in expected:
+        torch.testing.assert_close(got[k], expected[k], atol=2e-5, rtol=1e-4, msg=k)
+    bc_nll = [r["actor/bc_nll"] for r in read_metrics(ray_run.run_dir) if "actor/bc_nll" in r]
+    assert len(bc_nll) == 2 and all(x > 0 for x in bc_nll)
+    # and the term changes the result: the same run without it ends elsewhere
+    plain = _final_weights(one_process_run)
+    assert any(not torch.equal(plain[k], got[k]) for k in got)
+
+
 _INITIAL: dict = {}
 
 
