@@ -122,6 +122,12 @@ def test_dense_reward_telescopes_and_needs_a_grasp():
     assert pushed.item() == 0.0
 
 
+def test_sparse_reward_pays_only_success_after_a_grasp():
+    success = torch.tensor([False, True, True, False])
+    ever_grasped = torch.tensor([True, True, False, False])
+    assert rewards.sparse_reward(success, ever_grasped).tolist() == [0.0, 1.0, 0.0, 0.0]
+
+
 def test_shaping_potential_pays_the_reach_then_the_place():
     near, far = rewards.closeness(torch.tensor([0.0])).item(), rewards.closeness(torch.tensor([0.2])).item()
     assert near == 1.0 and far == pytest.approx(1 - np.tanh(1.0))
@@ -504,6 +510,45 @@ def test_reward_shaping_pays_the_expert_its_progress_and_telescopes(asset_root, 
         assert sum(rewards_seen) > rewards.MAX_STAGED_SCORE  # grasp, hold, success, and the shaping
     finally:
         env.close()
+
+
+@pytest.mark.slow
+@pytest.mark.maniskill
+def test_sparse_reward_pays_the_expert_once_at_its_success(asset_root, monkeypatch):
+    import gymnasium as gym
+
+    monkeypatch.setenv("VLA_ENVS_ASSET_DIR", str(asset_root))
+    env = gym.make("PutOnPlateInScene25Main-v3", num_envs=1, image_size=64, low_poly=True, sim_freq=100,
+                   vectorization="serial", time_limit=80, reward_mode="sparse", auto_reset=False)
+    try:
+        from vla_envs.tasks.put_on_plate.expert import ScriptedExpert
+
+        env.reset(seed=1)
+        expert, rewards_seen, grasped = ScriptedExpert(1), [], []
+        for _ in range(80):
+            _, reward, terminated, truncated, info = env.step(expert.act([env.backend.call(0, "expert_state")]))
+            rewards_seen.append(float(reward[0]))
+            grasped.append(bool(info["grasped"][0]))
+            if terminated[0] or truncated[0]:
+                break
+        assert terminated[0] and info["success"][0]
+        # nothing for the grasp (it held the object for steps before), 1 at the success that ends it
+        assert any(grasped) and rewards_seen[-1] == 1.0 and sum(rewards_seen) == 1.0
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"reward_mode": "normalized_dense"}, r"reward_mode='normalized_dense'; must be one of \['dense', 'sparse', 'none'\]"),
+    ({"reward_mode": "sparse", "reward_shaping": 0.1}, r"reward_shaping=0.1 with reward_mode='sparse'"),
+])
+def test_reward_mode_must_be_known_and_not_shaped(kwargs, message):
+    import gymnasium as gym
+
+    import vla_envs  # noqa: F401
+
+    with pytest.raises(ValueError, match=message):
+        gym.make("PutOnPlateInScene25Main-v3", num_envs=1, **kwargs)
 
 
 @pytest.mark.parametrize("bad", [-0.1, True, "0.1", float("nan")])

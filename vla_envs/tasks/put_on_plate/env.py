@@ -10,6 +10,7 @@ the (object, plate) pair of grid positions (784), the object's yaw (4).
 
 **Success Conditions**: see ``rewards.object_on_plate``. Dense reward: ``rewards.dense_reward``
 of the reference's staged score, plus ``rewards.shaping_potential`` when ``reward_shaping`` > 0.
+Sparse reward: ``rewards.sparse_reward``, 1 while successful after a grasp.
 
 The scene is a table whose top is at z = 0.87 m (the Bridge stage's height); every object and
 plate of the pack is built once and parked off-table, and each episode moves the selected
@@ -52,7 +53,7 @@ class PutOnPlateInScene25Env(BaseEnv):
 
     SUPPORTED_ROBOTS = ["panda", "panda_lowpoly"]
     SUPPORTED_OBS_MODES = ["rgb+segmentation"]
-    SUPPORTED_REWARD_MODES = ["dense", "none"]
+    SUPPORTED_REWARD_MODES = ["dense", "sparse", "none"]
 
     def __init__(self, *args: Any, pack: AssetPack, variant: str = "PutOnPlateInScene25Main-v3",
                  camera_file: str | Path | None = None, camera_hw: tuple[int, int] = (480, 640),
@@ -361,6 +362,9 @@ class PutOnPlateInScene25Env(BaseEnv):
         reward = rewards.dense_reward(self.score, self.prev_score)  # self.score: this step's evaluate()
         self.prev_score = self.score
         return reward.to(self.device)
+
+    def compute_sparse_reward(self, obs: Any, action: torch.Tensor, info: dict) -> torch.Tensor:
+        return rewards.sparse_reward(info["success"].cpu(), self.ever_grasped).to(self.device)
 
     def compute_normalized_dense_reward(self, obs: Any, action: torch.Tensor, info: dict) -> torch.Tensor:
         return self.compute_dense_reward(obs, action, info) / (rewards.MAX_STAGED_SCORE + 2 * self.reward_shaping)

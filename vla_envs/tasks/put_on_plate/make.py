@@ -10,6 +10,7 @@ from vla_envs.core.vector_env import ChunkVectorEnv
 ROBOTS = ("panda",)
 CONTROL_FREQ = 5  # Hz, the reference's
 REFERENCE_SIM_FREQ = 500
+REWARD_MODES = ("dense", "sparse", "none")  # ManiSkill's names; "none": reward 0
 TASK_ID = "VLA-PutOnPlateInScene25-v1"
 
 
@@ -20,7 +21,7 @@ def make_put_on_plate_vector_env(num_envs: int = 1, *, variant: str = "PutOnPlat
                                  camera_file: str | Path | None = None,
                                  image_size: int | tuple[int, int] = (480, 640),
                                  camera_crop: tuple[int, int, int, int] | None = None,
-                                 reward_shaping: float = 0.0,
+                                 reward_shaping: float = 0.0, reward_mode: str = "dense",
                                  sim_backend: str = "auto", vectorization: str = "pool",
                                  asset_root: str | Path | None = None,
                                  **contract_kwargs: Any) -> ChunkVectorEnv:
@@ -49,6 +50,10 @@ def make_put_on_plate_vector_env(num_envs: int = 1, *, variant: str = "PutOnPlat
             (``rewards.shaping_potential``, differenced like it): up to ``reward_shaping`` for
             bringing the gripper to the object, as much again for bringing the object to the
             plate. 0 (default): the reference's reward. Training only; success is unchanged.
+        reward_mode: ``"dense"`` (default): the reference's staged reward (0.1 for the first
+            grasp, 0.1 for holding it 5 steps, 1.0 for success), differenced per step.
+            ``"sparse"``: 1 while successful after a grasp, nothing for grasping (returns
+            rank only placements). ``"none"``: 0. Training only; success is unchanged.
         sim_backend, vectorization: as for every ManiSkill env.
         asset_root: where packs live (default ``$VLA_ENVS_ASSET_DIR``).
         **contract_kwargs: ``ChunkVectorEnv`` options.
@@ -68,6 +73,11 @@ def make_put_on_plate_vector_env(num_envs: int = 1, *, variant: str = "PutOnPlat
             or not 0 <= reward_shaping < float("inf"):
         raise ValueError(f"reward_shaping={reward_shaping!r}; must be a number >= 0 (0: the reference's reward, "
                          f"e.g. 0.1: up to 0.1 for the reach and 0.1 for the place)")
+    if reward_mode not in REWARD_MODES:
+        raise ValueError(f"reward_mode={reward_mode!r}; must be one of {list(REWARD_MODES)}")
+    if reward_mode != "dense" and reward_shaping:
+        raise ValueError(f"reward_shaping={reward_shaping!r} with reward_mode={reward_mode!r}: the shaping is part of "
+                         f"the dense reward; use reward_mode='dense' or reward_shaping=0")
     spec = get_variant(variant)  # unknown variant: error listing the valid ones, before any work
     # bad camera file or crop: error naming the field, before any work
     load_camera_file(camera_file).check_crop(camera_crop)
@@ -79,7 +89,7 @@ def make_put_on_plate_vector_env(num_envs: int = 1, *, variant: str = "PutOnPlat
     image_hw = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
     env = make_maniskill_vector_env(
         TASK_ID, None, num_envs, sim_backend=sim_backend, vectorization=vectorization,
-        image_size=None, reward_mode="dense", obs_mode="rgb+segmentation",
+        image_size=None, reward_mode=reward_mode, obs_mode="rgb+segmentation",
         register_module="vla_envs.tasks.put_on_plate.env",
         env_kwargs=dict(pack=pack, variant=variant, camera_file=camera_file,
                         camera_hw=image_hw, camera_crop=camera_crop, robot_uids="panda_lowpoly" if low_poly else "panda",

@@ -82,3 +82,10 @@ def dense_reward(score: torch.Tensor, previous_score: torch.Tensor) -> torch.Ten
     """Reward of a step, float ``[B]``: the change of ``staged_score``, so an episode's return
     telescopes to its final score."""
     return score - previous_score
+
+
+def sparse_reward(success: torch.Tensor, ever_grasped: torch.Tensor) -> torch.Tensor:
+    """Reward of a step in ``reward_mode="sparse"``, float ``[B]``: 1 while successful after a
+    grasp (like the staged score's success term), else 0; nothing for the grasp itself. With
+    terminations on, an episode's return is 1 if it succeeded and 0 otherwise."""
+    return (success & ever_grasped).float()
