@@ -539,7 +539,8 @@ def test_sparse_reward_pays_the_expert_once_at_its_success(asset_root, monkeypat
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"reward_mode": "normalized_dense"}, r"reward_mode='normalized_dense'; must be one of \['dense', 'sparse', 'none'\]"),
+    ({"reward_mode": "normalized_dense"},
+     r"reward_mode='normalized_dense'; must be one of \['dense', 'sparse', 'none'\]"),
     ({"reward_mode": "sparse", "reward_shaping": 0.1}, r"reward_shaping=0.1 with reward_mode='sparse'"),
 ])
 def test_reward_mode_must_be_known_and_not_shaped(kwargs, message):
