@@ -36,6 +36,7 @@ from PIL import Image
 from vla_envs.tasks.put_on_plate import episodes, rewards
 from vla_envs.tasks.put_on_plate.assets import AssetPack
 from vla_envs.tasks.put_on_plate.camera import CameraFile, load_camera_file
+from vla_envs.tasks.put_on_plate.make import REWARD_MODES
 from vla_envs.tasks.put_on_plate.robots import ensure_lowpoly_panda  # noqa: F401 (registers it)
 from vla_envs.tasks.put_on_plate.variants import get_variant
 
@@ -53,7 +54,7 @@ class PutOnPlateInScene25Env(BaseEnv):
 
     SUPPORTED_ROBOTS = ["panda", "panda_lowpoly"]
     SUPPORTED_OBS_MODES = ["rgb+segmentation"]
-    SUPPORTED_REWARD_MODES = ["dense", "sparse", "none"]
+    SUPPORTED_REWARD_MODES = list(REWARD_MODES)
 
     def __init__(self, *args: Any, pack: AssetPack, variant: str = "PutOnPlateInScene25Main-v3",
                  camera_file: str | Path | None = None, camera_hw: tuple[int, int] = (480, 640),
