@@ -840,3 +840,55 @@ def test_reach_report_cli_measures_each_episode(asset_root, tmp_path, monkeypatc
     assert "| closest sideways approach | episodes | grasped | success |" in (tmp_path / "reach" / "reach.md").read_text()
     assert vla_train(common + ["--num-envs", "2", "--num-episodes", "3"]) == 2
     assert "must be a multiple of --num-envs" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("bad", ["lift", ["lift", "fly"], None])
+def test_expert_start_phases_must_name_the_experts_phases(bad):
+    import gymnasium as gym
+
+    import vla_envs  # noqa: F401
+
+    with pytest.raises(ValueError, match=r"expert_start_phases=.*must be a list of the scripted expert's phases "
+                                         r"\['above', 'descend', 'close', 'lift'"):
+        gym.make("PutOnPlateInScene25Main-v3", num_envs=1, expert_start_phases=bad)
+
+
+@pytest.mark.slow
+@pytest.mark.maniskill
+def test_expert_start_phases_start_where_the_expert_enters_them(asset_root, monkeypatch):
+    """Each phase's start is the expert's state there: "above" is the episode's own start, "lift"
+    holds the object on the table, "lower" holds it high over the plate; the grasp was evaluated
+    (its reward is paid before the policy's first step), the time limit counts from the hand-over,
+    and envs of a GRPO group (one initial state) start alike."""
+    import gymnasium as gym
+
+    monkeypatch.setenv("VLA_ENVS_ASSET_DIR", str(asset_root))
+    common = dict(num_envs=2, image_size=64, low_poly=True, sim_freq=100, vectorization="serial", time_limit=6,
+                  auto_reset=False, use_fixed_reset_state_ids=True, group_size=2)
+    starts = {}
+    for phase in ("above", "lift", "lower"):
+        env = gym.make("PutOnPlateInScene25Main-v3", expert_start_phases=[phase], **common)
+        try:
+            obs, info = env.reset(seed=4)
+            np.testing.assert_array_equal(obs["image"][0], obs["image"][1])  # one group, one start
+            states = [env.backend.call(i, "expert_state") for i in range(2)]
+            task = env.backend.envs[0]._env.unwrapped
+            starts[phase] = (obs["image"][0], states[0], bool(task.ever_grasped[0]))
+            hold = np.zeros((2, 6, 7), np.float32)
+            hold[..., 6] = 1.0  # keep the gripper closed
+            out = env.chunk_step(hold)
+            assert out.truncated[:, -1].all() and out.valid.all()  # 6 policy steps, whatever the expert took
+        finally:
+            env.close()
+    plain = gym.make("PutOnPlateInScene25Main-v3", **common)
+    try:
+        obs, _ = plain.reset(seed=4)
+        np.testing.assert_array_equal(obs["image"][0], starts["above"][0])
+    finally:
+        plain.close()
+    above, lift, lower = (starts[p][1] for p in ("above", "lift", "lower"))
+    assert not above["grasped"] and not starts["above"][2]
+    assert lift["grasped"] and starts["lift"][2]
+    assert np.linalg.norm(lift["object"][:3] - above["object"][:3]) < 0.02  # still where it stood
+    assert lower["grasped"] and lower["object"][2] > lift["object"][2] + 0.05
+    assert np.linalg.norm(lower["object"][:2] - lower["plate"][:2]) < float(lower["on_plate_radius"])

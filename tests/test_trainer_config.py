@@ -545,3 +545,14 @@ def test_fast_render_is_refused_for_evaluation():
     msg = config_error("cpu_ppo_tiny_put_on_plate", ["env.eval.env_kwargs={fast_render: true}"])
     assert "env.eval.env_kwargs.fast_render" in msg and "never for evaluation" in msg
     load_config("cpu_ppo_tiny_put_on_plate", ["env.train.env_kwargs={fast_render: true}"])  # training: fine
+
+
+def test_expert_starts_are_for_training_only():
+    msg = config_error("cpu_grpo_tiny_put_on_plate", ["env.eval.env_kwargs.expert_start_phases=[above,lift]"])
+    assert "env.eval.env_kwargs.expert_start_phases" in msg and "never for evaluation" in msg
+    cfg = load_config("cpu_grpo_tiny_put_on_plate", ["env.train.env_kwargs.expert_start_phases=[above,lift]"])
+    assert list(cfg.env.train.env_kwargs["expert_start_phases"]) == ["above", "lift"]
+    from vla_trainer.build import make_env
+
+    with pytest.raises(ValueError, match="expert_start_phases .* never for evaluation"):
+        make_env(cfg.env.train, 64, evaluation=True)  # vla-eval --env-kwargs goes this way

@@ -59,6 +59,9 @@ def make_env(split: EnvSplitConfig, image_size: int, *, group_size: int = 1, eva
 
     get_task(split.task)  # unknown id: error with close matches, before any work
     kwargs = dict(split.env_kwargs)
+    if evaluation and kwargs.get("expert_start_phases"):
+        raise ValueError("env_kwargs expert_start_phases starts episodes where the scripted expert left them: "
+                         "for training only, never for evaluation")
     kwargs.update(
         image_size=image_size,
         auto_reset=False if evaluation else split.auto_reset,

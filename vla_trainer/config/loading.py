@@ -228,6 +228,8 @@ def validate(cfg: TrainConfig) -> None:
                f"must be >= 1 or null, got {env.max_episode_steps}")
     _check(not ev.env_kwargs.get("fast_render"), "env.eval.env_kwargs.fast_render",
            "changes the rendered pixels (anti-aliasing off): for training only, never for evaluation")
+    _check(not ev.env_kwargs.get("expert_start_phases"), "env.eval.env_kwargs.expert_start_phases",
+           "starts episodes where the scripted expert left them: for training only, never for evaluation")
     _check(ev.num_episodes >= 1 and ev.num_episodes % ev.total_num_envs == 0, "env.eval.num_episodes",
            f"must be a positive multiple of env.eval.total_num_envs ({ev.total_num_envs}), got {ev.num_episodes}")
     _check(alg.group_size >= 1, "algorithm.group_size", f"must be >= 1, got {alg.group_size}")

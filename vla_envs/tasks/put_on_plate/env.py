@@ -12,6 +12,13 @@ the (object, plate) pair of grid positions (784), the object's yaw (4).
 of the reference's staged score, plus ``rewards.shaping_potential`` when ``reward_shaping`` > 0.
 Sparse reward: ``rewards.sparse_reward``, 1 while successful after a grasp.
 
+**Expert starts** (training only, ``expert_start_phases``): an episode may begin where the
+scripted expert, run from the episode's initial state, enters one of its phases (``"lift"``:
+the object just grasped; ``"carry"``: lifted; ``"lower"``: over the plate), so that RL sees the
+carry and release from many states, not only from the few grasps its policy makes (starting
+from demonstration states, as in reverse-curriculum RL). The phase is a fixed function of the
+episode id, so envs that share an initial state share the start too.
+
 The scene is a table whose top is at z = 0.87 m (the Bridge stage's height); every object and
 plate of the pack is built once and parked off-table, and each episode moves the selected
 two onto it. Every pixel of the main camera that is not the robot, an object or a plate is
@@ -33,9 +40,11 @@ from mani_skill.utils.structs.pose import Pose
 from mani_skill.utils.structs.types import SimConfig
 from PIL import Image
 
+from vla_envs.backends.maniskill.common import to_maniskill_action
 from vla_envs.tasks.put_on_plate import episodes, rewards
 from vla_envs.tasks.put_on_plate.assets import AssetPack
 from vla_envs.tasks.put_on_plate.camera import CameraFile, load_camera_file
+from vla_envs.tasks.put_on_plate.expert import OPEN, PHASES, ScriptedExpert
 from vla_envs.tasks.put_on_plate.make import REWARD_MODES
 from vla_envs.tasks.put_on_plate.robots import ensure_lowpoly_panda  # noqa: F401 (registers it)
 from vla_envs.tasks.put_on_plate.variants import get_variant
@@ -46,6 +55,7 @@ CAMERA_UID = "3rd_view_camera"
 PARK_X = 3.0  # parked models rest on a shelf far outside the camera's view
 SHELF_TOP_Z = 1.0  # parked models rest on it at their own half-height and are put to sleep,
 # so the 27 unused models cost no physics (rolling ones would otherwise never come to rest)
+EXPERT_START_MAX_STEPS = 80  # the expert's phases time out well before (72 steps at most)
 
 
 @register_env("VLA-PutOnPlateInScene25-v1", max_episode_steps=80)
@@ -59,9 +69,12 @@ class PutOnPlateInScene25Env(BaseEnv):
     def __init__(self, *args: Any, pack: AssetPack, variant: str = "PutOnPlateInScene25Main-v3",
                  camera_file: str | Path | None = None, camera_hw: tuple[int, int] = (480, 640),
                  camera_crop: tuple[int, int, int, int] | None = None,
-                 robot_uids: str = "panda", sim_freq: int = 500, reward_shaping: float = 0.0, **kwargs: Any):
+                 robot_uids: str = "panda", sim_freq: int = 500, reward_shaping: float = 0.0,
+                 expert_start_phases: tuple[str, ...] = (), **kwargs: Any):
         self.pack = pack
         self.reward_shaping = float(reward_shaping)
+        self.expert_start_phases = tuple(PHASES.index(p) for p in expert_start_phases)  # make.py checks names
+        self._constructed = False  # BaseEnv.__init__ resets once to build its spaces: no expert start then
         self._requested_sim_freq = sim_freq  # ManiSkill keeps its own _sim_freq
         self.variant = get_variant(variant)
         self.split = self.variant.split()
@@ -85,6 +98,7 @@ class PutOnPlateInScene25Env(BaseEnv):
         self._overlays = torch.stack([view(o.image_file) for o in pack.overlays])  # uint8 [n_overlays, H, W, 3]
         self._textures = torch.stack([view(o.texture_file) for o in pack.overlays])
         super().__init__(*args, robot_uids=robot_uids, **kwargs)
+        self._constructed = True
 
     # ------------------------------------------------------------------ config
     @property
@@ -226,6 +240,40 @@ class PutOnPlateInScene25Env(BaseEnv):
         # the reset's own evaluate() sets it to the first state's score: with shaping, that is
         # not 0, and the first step must pay only its own progress
         self.prev_score[idx] = float("nan")
+
+    def reset(self, seed: Any = None, options: dict | None = None):
+        obs, info = super().reset(seed=seed, options=options)
+        if self.expert_start_phases and self._constructed:
+            env_idx = (options or {}).get("env_idx")
+            if env_idx is not None and len(env_idx) < self.num_envs:
+                raise ValueError(f"expert_start_phases: the expert drives every env of the batch, so reset all "
+                                 f"{self.num_envs} envs at once (got {len(env_idx)}: use auto_reset=False)")
+            obs = self._run_expert_start(obs)
+        return obs, info
+
+    def _run_expert_start(self, obs: dict) -> dict:
+        """Step the scripted expert until each env's episode reaches its start phase (drawn from
+        ``expert_start_phases`` by a hash of the episode id); envs already there hold still with
+        the gripper as it was. Returns the observation the policy starts from. The expert's
+        steps are the env's, so ``evaluate`` sees its grasp (the dense reward's grasp stages are
+        paid before the policy's first step), but the vector env's time limit starts after them."""
+        k = len(self.expert_start_phases)
+        # Knuth's multiplicative hash: consecutive ids (which differ only in their yaw) spread over the phases
+        target = np.array([self.expert_start_phases[(int(e) * 2654435761 % 2**32) % k]
+                           for e in self.episode_id.tolist()])
+        expert = ScriptedExpert(self.num_envs)
+        grip = np.full(self.num_envs, OPEN, np.float32)
+        for _ in range(EXPERT_START_MAX_STEPS):
+            todo = expert.phase < target
+            if not todo.any():
+                break
+            batch = self.expert_state()
+            action = expert.act([{key: v[i] for key, v in batch.items()} for i in range(self.num_envs)])
+            action[~todo, :6] = 0.0
+            action[~todo, 6] = grip[~todo]
+            grip = action[:, 6].copy()
+            obs, *_ = self.step(torch.as_tensor(to_maniskill_action(action), device=self.device))
+        return obs
 
     def _choose_distractor(self, idx: torch.Tensor) -> None:
         """The distractor model (another object of the split, or the next plate) and its grid

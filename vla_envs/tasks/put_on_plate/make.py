@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from vla_envs.core.vector_env import ChunkVectorEnv
 
@@ -22,6 +22,7 @@ def make_put_on_plate_vector_env(num_envs: int = 1, *, variant: str = "PutOnPlat
                                  image_size: int | tuple[int, int] = (480, 640),
                                  camera_crop: tuple[int, int, int, int] | None = None,
                                  reward_shaping: float = 0.0, reward_mode: str = "dense",
+                                 expert_start_phases: Sequence[str] = (),
                                  sim_backend: str = "auto", vectorization: str = "pool",
                                  asset_root: str | Path | None = None,
                                  **contract_kwargs: Any) -> ChunkVectorEnv:
@@ -54,6 +55,14 @@ def make_put_on_plate_vector_env(num_envs: int = 1, *, variant: str = "PutOnPlat
             grasp, 0.1 for holding it 5 steps, 1.0 for success), differenced per step.
             ``"sparse"``: 1 while successful after a grasp, nothing for grasping (returns
             rank only placements). ``"none"``: 0. Training only; success is unchanged.
+        expert_start_phases: start each episode where the scripted expert, run from the
+            episode's initial state, enters one of these phases (``expert.PHASES``: ``"above"``
+            is the episode's own start, ``"lift"`` just grasped, ``"carry"`` lifted, ``"lower"``
+            over the plate, ``"open"`` lowered onto it), drawn per episode id (so GRPO groups
+            share it); the time limit counts from there. E.g. ``["above", "lift", "carry",
+            "lower"]``: a quarter of the episodes each. Empty (default): every episode starts at
+            its initial state. Training only: evaluation must start at the initial state. Needs
+            whole-batch resets on the GPU backend (``auto_reset=False``).
         sim_backend, vectorization: as for every ManiSkill env.
         asset_root: where packs live (default ``$VLA_ENVS_ASSET_DIR``).
         **contract_kwargs: ``ChunkVectorEnv`` options.
@@ -78,6 +87,12 @@ def make_put_on_plate_vector_env(num_envs: int = 1, *, variant: str = "PutOnPlat
     if reward_mode != "dense" and reward_shaping:
         raise ValueError(f"reward_shaping={reward_shaping!r} with reward_mode={reward_mode!r}: the shaping is part of "
                          f"the dense reward; use reward_mode='dense' or reward_shaping=0")
+    from vla_envs.tasks.put_on_plate.expert import PHASES
+
+    if isinstance(expert_start_phases, str) or not isinstance(expert_start_phases, Sequence) \
+            or not all(p in PHASES for p in expert_start_phases):
+        raise ValueError(f"expert_start_phases={expert_start_phases!r}; must be a list of the scripted expert's "
+                         f"phases {list(PHASES)} (e.g. ['above', 'lift', 'carry', 'lower']), or empty")
     spec = get_variant(variant)  # unknown variant: error listing the valid ones, before any work
     # bad camera file or crop: error naming the field, before any work
     load_camera_file(camera_file).check_crop(camera_crop)
@@ -93,7 +108,8 @@ def make_put_on_plate_vector_env(num_envs: int = 1, *, variant: str = "PutOnPlat
         register_module="vla_envs.tasks.put_on_plate.env",
         env_kwargs=dict(pack=pack, variant=variant, camera_file=camera_file,
                         camera_hw=image_hw, camera_crop=camera_crop, robot_uids="panda_lowpoly" if low_poly else "panda",
-                        sim_freq=sim_freq, reward_shaping=float(reward_shaping)),
+                        sim_freq=sim_freq, reward_shaping=float(reward_shaping),
+                        expert_start_phases=tuple(expert_start_phases)),
         **contract_kwargs)
     env.asset_pack = pack.kind  # recorded by eval reports and checkpoints
     env.variant = spec
