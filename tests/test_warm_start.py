@@ -58,3 +58,31 @@ def test_vla_eval_runs_the_shipped_warm_start(tmp_path, monkeypatch):
                      "--out", str(tmp_path / "eval")]) == 0
     row = json.loads((tmp_path / "eval" / "eval.json").read_text())["rows"][0]
     assert row["num_episodes"] == 1 and row["length"] == 8 and row["asset_pack"] == "procedural"
+
+
+@pytest.mark.slow
+@pytest.mark.maniskill
+def test_vla_eval_from_an_expert_phase_is_labelled_and_starts_there(tmp_path, monkeypatch, capsys):
+    """``--expert-start-phase lower``: every episode starts with the object held over the plate
+    (grasped at once, where the plain evaluation of the same episodes holds nothing in 3 steps),
+    and the report says that this is not the task's success rate. The env option itself is refused."""
+    from vla_trainer.eval_cli import main as vla_eval
+
+    monkeypatch.setenv("VLA_ENVS_ASSET_DIR", str(tmp_path / "assets"))
+    kwargs = {**load_config("cpu_ppo_tiny_put_on_plate").env.eval.env_kwargs, "time_limit": 3}
+    common = ["--checkpoint", str(SHIPPED), "--num-envs", "2", "--num-episodes", "2", "--seed", "7",
+              "--vectorization", "serial", "--env-kwargs", json.dumps(dict(kwargs))]
+    rows = {}
+    for name, extra in (("plain", []), ("lower", ["--expert-start-phase", "lower"])):
+        assert vla_eval(common + extra + ["--out", str(tmp_path / name)]) == 0
+        rows[name] = json.loads((tmp_path / name / "eval.json").read_text())
+    assert rows["plain"]["expert_start_phase"] is None and rows["plain"]["rows"][0]["grasped_once"] == 0.0
+    assert rows["lower"]["expert_start_phase"] == "lower" and rows["lower"]["rows"][0]["grasped_once"] == 1.0
+    assert "starts where the scripted expert enters its 'lower' phase" in (tmp_path / "lower" / "eval.md").read_text()
+    capsys.readouterr()
+    refused = common[:-1] + [json.dumps({**kwargs, "expert_start_phases": ["lower"]})]
+    assert vla_eval(refused) == 2
+    assert "for training only, never for evaluation" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:
+        vla_eval(common + ["--expert-start-phase", "fly"])
+    assert exit_info.value.code == 2 and "invalid choice: 'fly'" in capsys.readouterr().err

@@ -46,11 +46,14 @@ def default_device() -> str:
 
 
 def make_env(split: EnvSplitConfig, image_size: int, *, group_size: int = 1, evaluation: bool = False,
-             num_envs: int | None = None, first_env_index: int = 0, vectorization: str | None = None):
+             num_envs: int | None = None, first_env_index: int = 0, vectorization: str | None = None,
+             expert_start_phase: str | None = None):
     """The vectorized env of ``env.train`` / ``env.eval`` at the model's image size.
 
     ``num_envs`` / ``first_env_index``: only envs ``[first, first + num_envs)`` of the split (a
     worker's pipeline stage); they start from the initial states the whole batch would give them.
+    ``expert_start_phase``: an evaluation that starts every episode where the scripted expert
+    enters this phase (``vla-eval --expert-start-phase``: success from there, not the task's).
     """
     import gymnasium as gym
 
@@ -61,7 +64,10 @@ def make_env(split: EnvSplitConfig, image_size: int, *, group_size: int = 1, eva
     kwargs = dict(split.env_kwargs)
     if evaluation and kwargs.get("expert_start_phases"):
         raise ValueError("env_kwargs expert_start_phases starts episodes where the scripted expert left them: "
-                         "for training only, never for evaluation")
+                         "for training only, never for evaluation (vla-eval --expert-start-phase measures "
+                         "success from one phase, labelled as such)")
+    if expert_start_phase is not None:
+        kwargs["expert_start_phases"] = [expert_start_phase]
     kwargs.update(
         image_size=image_size,
         auto_reset=False if evaluation else split.auto_reset,

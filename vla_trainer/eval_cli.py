@@ -4,6 +4,7 @@
     vla-eval --checkpoint runs/sft/tiny --task PutOnPlateInScene25Main-v3 --num-episodes 32
     vla-eval --checkpoint runs/ppo --ood --num-episodes 8 --out runs/ppo/ood   # the OOD table
     vla-eval --checkpoint runs/ppo --video runs/ppo/eval.mp4
+    vla-eval --checkpoint runs/ppo --expert-start-phase lift   # success once grasped (PutOnPlate diagnostic)
     vla-eval --checkpoint runs/libero --libero all --num-envs 8      # LIBERO: per suite + average
 
 LIBERO follows the OpenVLA / OpenVLA-OFT protocol: every task of a suite from its official
@@ -25,6 +26,7 @@ import os
 import sys
 from pathlib import Path
 
+from vla_envs.tasks.put_on_plate.expert import PHASES as EXPERT_PHASES  # numpy only
 from vla_trainer.checkpoint import resolve_model_dir  # stdlib only: keeps --help fast
 
 
@@ -38,7 +40,7 @@ def evaluate_tasks(policy, tasks: list[str], args, asset_meta: dict) -> list[dic
     for i, task in enumerate(tasks):
         split = EnvSplitConfig(task=task, total_num_envs=args.num_envs, ignore_terminations=not args.terminate,
                                vectorization=args.vectorization, env_kwargs=json.loads(args.env_kwargs))
-        env = make_env(split, policy.config.image_size, evaluation=True)
+        env = make_env(split, policy.config.image_size, evaluation=True, expert_start_phase=args.expert_start_phase)
         asset_meta.setdefault("asset_pack", getattr(env, "asset_pack", None))
         run_env = RecordVideo(env, args.video, fps=5) if (args.video and i == 0) else env
         try:
@@ -81,7 +83,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--video", type=Path, default=None, help="write a tiled video of the (first) task's episodes")
     p.add_argument("--out", type=Path, default=None, help="folder for eval.json and eval.md")
+    p.add_argument("--expert-start-phase", default=None, choices=EXPERT_PHASES[1:], metavar="PHASE",
+                   help="PutOnPlate diagnostic: start every episode where the scripted expert enters PHASE "
+                        f"({', '.join(EXPERT_PHASES[1:])}), e.g. lift (just grasped): success from there, "
+                        "which is not the task's success rate")
     args = p.parse_args(argv)
+    if args.expert_start_phase and (args.libero is not None or args.ood):
+        p.error("--expert-start-phase is for one PutOnPlate task (--task), not --ood or --libero")
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if args.num_envs < 1 or args.num_episodes < 1 or args.num_episodes % args.num_envs:
@@ -117,11 +125,14 @@ def main(argv: list[str] | None = None) -> int:
     mode = sampling_mode(args)
     header = (f"checkpoint: {model_dir}; asset pack: {meta.get('asset_pack')}; {args.num_episodes} episodes per task; "
               f"{mode}; seed {args.seed}")
+    if args.expert_start_phase:
+        header += (f"; every episode starts where the scripted expert enters its {args.expert_start_phase!r} "
+                   f"phase (not the task's success rate)")
     for r in rows:
         r["category"] = VARIANTS[r["env_id"]].category if r["env_id"] in VARIANTS else "task"
     averages, table = ood_table(rows, header)
     report(args.out, table, {"checkpoint": str(model_dir), "rows": rows, "averages": averages, "sampling": mode,
-                             "env_kwargs": json.loads(args.env_kwargs)})
+                             "env_kwargs": json.loads(args.env_kwargs), "expert_start_phase": args.expert_start_phase})
     return 0
 
 
