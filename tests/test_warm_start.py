@@ -85,4 +85,4 @@ def test_vla_eval_from_an_expert_phase_is_labelled_and_starts_there(tmp_path, mo
     assert "for training only, never for evaluation" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exit_info:
         vla_eval(common + ["--expert-start-phase", "fly"])
-    assert exit_info.value.code == 2 and "invalid choice: 'fly'" in capsys.readouterr().err
+    assert exit_info.value.code == 2 and "--expert-start-phase 'fly': one of" in capsys.readouterr().err

@@ -26,7 +26,6 @@ import os
 import sys
 from pathlib import Path
 
-from vla_envs.tasks.put_on_plate.expert import PHASES as EXPERT_PHASES  # numpy only
 from vla_trainer.checkpoint import resolve_model_dir  # stdlib only: keeps --help fast
 
 
@@ -83,13 +82,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--video", type=Path, default=None, help="write a tiled video of the (first) task's episodes")
     p.add_argument("--out", type=Path, default=None, help="folder for eval.json and eval.md")
-    p.add_argument("--expert-start-phase", default=None, choices=EXPERT_PHASES[1:], metavar="PHASE",
-                   help="PutOnPlate diagnostic: start every episode where the scripted expert enters PHASE "
-                        f"({', '.join(EXPERT_PHASES[1:])}), e.g. lift (just grasped): success from there, "
+    p.add_argument("--expert-start-phase", default=None, metavar="PHASE",
+                   help="PutOnPlate diagnostic: start every episode where the scripted expert enters PHASE, "
+                        "e.g. lift (just grasped), carry (lifted), lower (over the plate): success from there, "
                         "which is not the task's success rate")
     args = p.parse_args(argv)
-    if args.expert_start_phase and (args.libero is not None or args.ood):
-        p.error("--expert-start-phase is for one PutOnPlate task (--task), not --ood or --libero")
+    if args.expert_start_phase is not None:
+        from vla_envs.tasks.put_on_plate.expert import PHASES
+
+        if args.expert_start_phase not in PHASES[1:]:
+            p.error(f"--expert-start-phase {args.expert_start_phase!r}: one of the scripted expert's phases "
+                    f"after the start: {', '.join(PHASES[1:])}")
+        if args.libero is not None or args.ood:
+            p.error("--expert-start-phase is for one PutOnPlate task (--task), not --ood or --libero")
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if args.num_envs < 1 or args.num_episodes < 1 or args.num_episodes % args.num_envs:
