@@ -143,7 +143,7 @@ def test_cli_errors_name_the_key_and_print_config(capsys, tmp_path):
     assert "actor.global_batch_size" in capsys.readouterr().err
 
 
-def test_lora_trains_only_adapters_and_value_head_and_resumes(tmp_path):
+def test_lora_trains_only_adapters_and_value_head_and_resumes(tmp_path, capsys):
     from safetensors.torch import load_file
 
     base = [*SMALL, "actor.model.is_lora=true", "actor.model.lora_rank=4", "runner.val_check_interval=-1",
@@ -158,3 +158,47 @@ def test_lora_trains_only_adapters_and_value_head_and_resumes(tmp_path):
     resumed = train(load_config("cpu_ppo_tiny_put_on_plate", [*base, "runner.max_epochs=2", "runner.resume_dir=auto"]),
                     run_dir=tmp_path / "run")
     assert resumed.iterations == 2
+    _lora_run_loads_merged_onto_its_base(tmp_path, result.run_dir / "checkpoints" / "iter_000001",
+                                         load_config("cpu_ppo_tiny_put_on_plate", base), weights, capsys)
+
+
+def _lora_run_loads_merged_onto_its_base(tmp_path, checkpoint, cfg, adapters, capsys):
+    """``vla-eval`` and every ``--checkpoint`` reader take a LoRA checkpoint: its adapters merged
+    into the base model its config.yaml names; a missing or different base is a clear error."""
+    import yaml
+
+    from vla_trainer.checkpoint import load_model
+    from vla_trainer.eval_cli import main as vla_eval
+    from vla_trainer.models import AdapterMismatchError, build_model
+
+    merged, _, where = load_model(checkpoint)
+    assert where == checkpoint / "model" and not hasattr(merged, "get_base_model")
+    torch.manual_seed(cfg.actor.seed)
+    base_model, _ = build_model(cfg.actor.model.preset, seed=cfg.actor.seed)
+    trained = [k[:-len(".lora_B.weight")] for k, v in adapters.items() if k.endswith("lora_B.weight") and v.any()]
+    layer = trained[0].removeprefix("base_model.model.")
+    lora_a, lora_b = adapters[f"{trained[0]}.lora_A.weight"], adapters[f"{trained[0]}.lora_B.weight"]
+    expected = base_model.get_submodule(layer).weight + lora_b @ lora_a  # lora_alpha = rank: scale 1
+    torch.testing.assert_close(merged.get_submodule(layer).weight, expected)
+
+    kwargs = {"low_poly": True, "time_limit": 8, "camera_crop": [190, 80, 460, 350]}
+    assert vla_eval(["--checkpoint", str(checkpoint.parent.parent), "--num-envs", "1", "--num-episodes", "1",
+                     "--vectorization", "serial", "--env-kwargs", json.dumps(kwargs),
+                     "--out", str(tmp_path / "eval")]) == 0
+    assert json.loads((tmp_path / "eval" / "eval.json").read_text())["checkpoint"].endswith("model")
+
+    def moved(name, change):
+        copy = shutil.copytree(checkpoint, tmp_path / name)
+        recipe = yaml.safe_load((copy / "config.yaml").read_text())
+        change(recipe)
+        (copy / "config.yaml").write_text(yaml.safe_dump(recipe))
+        return copy
+
+    missing = moved("missing_base", lambda r: r["actor"]["model"].update(model_path=str(tmp_path / "gone")))
+    with pytest.raises(FileNotFoundError, match="actor.model.model_path=.*gone"):
+        load_model(missing)
+    other = moved("other_base", lambda r: r["actor"].update(seed=cfg.actor.seed + 1))
+    with pytest.raises(AdapterMismatchError, match="trained on another base model"):
+        load_model(other)
+    assert vla_eval(["--checkpoint", str(other), "--num-envs", "1", "--num-episodes", "1"]) == 2
+    assert "trained on another base model" in capsys.readouterr().err

@@ -2,7 +2,7 @@
 
 A checkpoint folder ``iter_000010/`` holds
 
-    model/              the policy, loadable on its own (``load_policy``; LoRA adapters if is_lora)
+    model/              the policy, loadable on its own (``load_model``; LoRA adapters if is_lora)
     trainer_state.pt    optimizer state, RNG states, iteration, metric history
     config.yaml         the full recipe in force
     meta.json           iteration, env steps, asset pack, config fingerprint, wall time
@@ -133,25 +133,54 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
 
 def resolve_model_dir(path: str | Path) -> Path:
     """The model folder that ``path`` names: a model folder itself (``vla-train sft --out``, a
-    shipped warm start), a training checkpoint (its ``model/``) or a run folder (its latest
-    checkpoint's ``model/``).
+    shipped warm start, the adapters of a LoRA run's checkpoint), a training checkpoint (its
+    ``model/``) or a run folder (its latest checkpoint's ``model/``).
 
     Raises:
-        FileNotFoundError: none of these, or LoRA adapters without a merged model.
+        FileNotFoundError: none of these.
     """
     path = Path(path)
-    if (path / "config.json").is_file():
-        return path
-    if (path / "model" / "config.json").is_file():
-        return path / "model"
     latest = latest_checkpoint(path)
-    if latest is not None and (latest / "model" / "config.json").is_file():
-        return latest / "model"
-    if (path / "adapter_config.json").is_file() or (path / "model" / "adapter_config.json").is_file():
-        raise FileNotFoundError(f"{path} holds LoRA adapters only; export a merged model first "
-                                "(vla_trainer.models.export_merged) and use that")
+    for candidate in (path, path / "model", *([latest / "model"] if latest is not None else [])):
+        if (candidate / "config.json").is_file() or (candidate / "adapter_config.json").is_file():
+            return candidate
     raise FileNotFoundError(f"{path}: not a checkpoint folder: neither a model folder (config.json), a training "
                             "checkpoint (model/) nor a run folder (checkpoints/latest)")
+
+
+def load_model(path: str | Path):
+    """``(model, tokenizer, model_dir)`` of what ``path`` names (``resolve_model_dir``), on the CPU.
+
+    A LoRA run's checkpoint holds adapters only: they are applied to the base model that the
+    checkpoint's ``config.yaml`` names (``actor.model.model_path``, or the preset and seed) and
+    merged into its weights.
+
+    Raises:
+        FileNotFoundError: no model there, or adapters whose base model is not found.
+        AdapterMismatchError: the base model found is not the one the adapters were trained on.
+    """
+    from .models import load_pretrained
+
+    model_dir = resolve_model_dir(path)
+    if (model_dir / "config.json").is_file():
+        return (*load_pretrained(model_dir), model_dir)
+    from .build import build_policy
+    from .config import load_config
+    from .models import merge_lora
+
+    recipe = model_dir.parent / "config.yaml"
+    if not recipe.is_file():
+        raise FileNotFoundError(f"{model_dir} holds LoRA adapters without the training checkpoint's config.yaml "
+                                "beside them, which names their base model; load them with "
+                                "vla_trainer.models.load_lora onto that model")
+    cfg = load_config(recipe)
+    base = cfg.actor.model.model_path
+    if base is not None and not (Path(base) / "config.json").is_file():
+        raise FileNotFoundError(f"{model_dir} holds LoRA adapters for the base model actor.model.model_path={base} "
+                                f"({recipe}), which is not a model folder from here; run from the folder the "
+                                "training ran in")
+    policy = build_policy(cfg, resume_model_dir=model_dir, device="cpu")
+    return merge_lora(policy.model, inplace=True).eval(), policy.tokenizer, model_dir
 
 
 def resolve_resume(resume_dir: str, run_dir: Path) -> Path:

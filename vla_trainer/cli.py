@@ -50,19 +50,19 @@ def check_demo_folders(paths: list[Path]) -> str | None:
 
 def load_init_checkpoint(directory: Path, flag: str = "--init-from"):
     """``(model, tokenizer)`` of the model that ``directory`` names: a model folder, a training
-    checkpoint or a run folder (its latest checkpoint); ``flag``: the option that named it.
+    checkpoint or a run folder (its latest checkpoint), LoRA runs' included; ``flag``: the option
+    that named it.
 
     Raises:
         FileNotFoundError: ``directory`` holds no model; the message names ``flag``.
     """
-    from vla_trainer.checkpoint import resolve_model_dir
-    from vla_trainer.models import load_pretrained
+    from vla_trainer.checkpoint import load_model
 
     try:
-        model_dir = resolve_model_dir(directory)
+        model, tokenizer, _ = load_model(directory)
     except FileNotFoundError as e:
         raise FileNotFoundError(f"{flag} {e}") from None
-    return load_pretrained(model_dir)
+    return model, tokenizer
 
 
 def training_policy(args: argparse.Namespace):

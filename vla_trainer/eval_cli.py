@@ -26,7 +26,7 @@ import os
 import sys
 from pathlib import Path
 
-from vla_trainer.checkpoint import resolve_model_dir  # stdlib only: keeps --help fast
+from vla_trainer.checkpoint import load_model  # imports torch only when called: keeps --help fast
 
 
 def evaluate_tasks(policy, tasks: list[str], args, asset_meta: dict) -> list[dict]:
@@ -111,14 +111,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from vla_envs.tasks.put_on_plate.variants import VARIANTS, ood_table
     from vla_trainer.evaluation import check_execute_steps
-    from vla_trainer.models import VLAModelError, VLAPolicy, load_pretrained
+    from vla_trainer.models import VLAModelError, VLAPolicy
 
     if args.libero is not None:
         return libero_main(args)
 
     try:
-        model_dir = resolve_model_dir(args.checkpoint)
-        model, tokenizer = load_pretrained(model_dir)
+        model, tokenizer, model_dir = load_model(args.checkpoint)
         policy = VLAPolicy(model, tokenizer)
         check_execute_steps(args.execute_steps, policy.chunk_size)
         tasks = list(VARIANTS) if args.ood else [args.task]
@@ -174,14 +173,13 @@ def libero_main(args) -> int:
     import vla_envs  # noqa: F401
     from vla_envs.backends.libero.suites import INIT_STATES_PER_TASK, suite_tasks
     from vla_trainer.evaluation import check_execute_steps, evaluate_initial_states
-    from vla_trainer.models import VLAModelError, VLAPolicy, load_pretrained
+    from vla_trainer.models import VLAModelError, VLAPolicy
 
     try:
         suites = libero_suites(args.libero)
         if not 1 <= args.trials_per_task <= INIT_STATES_PER_TASK:
             raise ValueError(f"--trials-per-task must be in 1..{INIT_STATES_PER_TASK}, got {args.trials_per_task}")
-        model_dir = resolve_model_dir(args.checkpoint)
-        model, tokenizer = load_pretrained(model_dir)
+        model, tokenizer, model_dir = load_model(args.checkpoint)
         policy = VLAPolicy(model, tokenizer)
         check_execute_steps(args.execute_steps, policy.chunk_size)
         kwargs = {"image_size": policy.config.image_size, **json.loads(args.env_kwargs)}
