@@ -223,3 +223,69 @@ def test_sincos_patch_code_tells_every_place_apart_and_reads_out_linearly():
     features = torch.cat([code, torch.ones(64, 1, dtype=torch.float64)], 1)
     readout = torch.linalg.pinv(features) @ place
     assert (features @ readout - place).abs().max() < 1e-6
+
+
+def test_proprio_token_reads_the_robot_state_and_survives_save_and_load(tmp_path):
+    import pytest
+
+    from vla_trainer.models import ConfigMismatchError, InvalidInputError, load_pretrained
+
+    model, tok = tiny("tiny-openvla-oft", seed=0)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    obs = make_obs(2, seed=0)
+    plain = model(*_fields(policy_for(model, tok).prepare(obs)))
+    stats = {"mean": [0.5] * 9, "std": [2.0] * 9}
+    model.add_proprio(stats)
+    for k, v in before.items():  # every earlier weight is kept
+        torch.testing.assert_close(model.state_dict()[k], v, atol=0, rtol=0)
+    assert any(p is model.proprio_projector[0].weight for p in model.parameters())
+    policy = policy_for(model, tok)
+    x = policy.prepare(obs)
+    assert x.proprio.shape == (2, 9)
+    out = model(*_fields(x), proprio=x.proprio)
+    assert out.prefix_length == plain.prefix_length + 1  # one state token after the patches
+    # the state is z-scored with the model's statistics before the projector sees it
+    with torch.no_grad():
+        token = model.proprio_token(x.proprio, 2)[:, 0]
+        expected = model.proprio_projector((x.proprio - 0.5) / 2.0)
+    torch.testing.assert_close(token, expected)
+    # a different state gives different actions' logits; the same state the same
+    moved = {**obs, "state": obs["state"] + 1.0}
+    with torch.no_grad():
+        again = model(*_fields(x), proprio=x.proprio).action_logits
+        other = model(*_fields(x), proprio=policy.prepare(moved).proprio).action_logits
+    torch.testing.assert_close(again, out.action_logits.detach())
+    assert (other - again).abs().max() > 1e-4
+    sample = policy.act(obs, greedy=True)
+    ev = policy.evaluate(sample.inputs, sample.action_token_ids)
+    torch.testing.assert_close(ev.log_probs, sample.log_probs, atol=1e-5, rtol=1e-5)
+    # what is wrong with an observation is named
+    with pytest.raises(InvalidInputError, match="obs\\['state'\\]"):
+        policy.prepare({k: v for k, v in obs.items() if k != "state"})
+    with pytest.raises(InvalidInputError, match="proprio_dim=9"):
+        policy.prepare({**obs, "state": obs["state"][:, :7]})
+    with pytest.raises(ConfigMismatchError, match="proprio_dim"):
+        model.add_proprio(stats)
+    model.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    loaded, _ = load_pretrained(tmp_path)
+    assert loaded.config.proprio_dim == 9 and loaded.config.proprio_stats == stats
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(*_fields(x), proprio=x.proprio).action_logits, again)
+
+
+def test_proprio_stats_are_checked():
+    import pytest
+
+    from vla_trainer.models import ConfigMismatchError
+
+    model, _ = tiny("tiny-openvla-oft", seed=0)
+    with pytest.raises(ConfigMismatchError, match="proprio_stats.std"):
+        model.add_proprio({"mean": [0.0, 0.0], "std": [1.0]})
+    with pytest.raises(ConfigMismatchError, match="proprio_stats.std"):
+        model.add_proprio({"mean": [0.0], "std": [0.0]})
+    assert model.config.proprio_dim == 0 and model.proprio_projector is None  # nothing changed
+
+
+def _fields(x):
+    return x.pixel_values, x.input_ids, x.attention_mask

@@ -344,6 +344,36 @@ def test_cli_layout_token_on_a_new_model_or_added_to_a_checkpoint_without_one(tm
     assert not (tmp_path / "x").exists()
 
 
+def test_cli_proprio_adds_the_robot_state_z_scored_with_the_demos_statistics(tmp_path, capsys):
+    from vla_trainer.sft import load_episodes, state_stats
+
+    demos = write_demos(tmp_path / "cli_demos", episodes=2, steps=4)
+    states = np.concatenate([e["state"] for e in load_episodes(demos)]).astype(np.float64)
+    stats = state_stats(demos)
+    np.testing.assert_allclose(stats["mean"], states.mean(0))
+    np.testing.assert_allclose(stats["std"], np.maximum(states.std(0), 1e-2))
+    plain, added = tmp_path / "plain", tmp_path / "added"
+    common = ["sft", "--demos", str(demos), "--steps", "2", "--batch-size", "4"]
+    assert cli_main(common + ["--out", str(plain)]) == 0
+    assert load_pretrained(plain)[0].config.proprio_dim == 0
+    assert cli_main(common + ["--out", str(added), "--init-from", str(plain), "--proprio"]) == 0
+    model, tok = load_pretrained(added)
+    assert model.config.proprio_dim == states.shape[1]
+    np.testing.assert_allclose(model.config.proprio_stats["mean"], stats["mean"])
+    # SFT trains the projector along with the rest
+    policy = fresh_policy()
+    policy.core.add_proprio(stats)
+    start = [p.detach().clone() for p in policy.core.proprio_projector.parameters()]
+    train_sft(policy, demos, steps=2, batch_size=4, lr=1e-3, seed=0, out_dir=tmp_path / "direct", progress=False)
+    assert all(not torch.equal(a, b) for a, b in zip(start, policy.core.proprio_projector.parameters()))
+    # continuing keeps the input; a policy without the state in its observation is told what is missing
+    assert cli_main(common + ["--out", str(tmp_path / "again"), "--init-from", str(added), "--proprio"]) == 0
+    assert load_pretrained(tmp_path / "again")[0].config.proprio_dim == states.shape[1]
+    obs = {"image": np.zeros((1, 64, 64, 3), np.uint8), "instruction": ("put the carrot on the plate",)}
+    with pytest.raises(Exception, match="obs\\['state'\\]"):
+        VLAPolicy(model, tok).prepare(obs)
+
+
 def test_cli_init_from_continues_where_the_checkpoint_left_off(tmp_path, capsys):
     demos = write_demos(tmp_path / "cli_demos", episodes=1, steps=4)
     first, second = tmp_path / "first", tmp_path / "second"

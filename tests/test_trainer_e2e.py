@@ -86,6 +86,25 @@ def test_two_iterations_learn_log_and_checkpoint(recipe, extra, tmp_path):
         assert all(r["grpo/score_mean"] == 0 for r in per_iter) and not changed
 
 
+def test_a_policy_that_reads_the_robot_state_trains_on_the_states_it_saw(tmp_path):
+    """PPO from a model with a state input: rollouts keep ``obs["state"]`` and the update reads it
+    (a rollout without it fails in the update), so the state projector learns with the rest."""
+    from vla_trainer.models import build_model
+
+    model, tok = build_model("tiny-openvla-oft", seed=0)
+    model.add_proprio({"mean": [0.0] * 16, "std": [1.0] * 16})  # Panda: 9 joints + TCP pose (7)
+    model.save_pretrained(tmp_path / "init")
+    tok.save_pretrained(tmp_path / "init")
+    cfg = load_config("cpu_ppo_tiny_put_on_plate", [*SMALL, "runner.max_epochs=1", "runner.val_check_interval=1",
+                                                    f"actor.model.model_path={tmp_path / 'init'}"])
+    run = train(cfg, run_dir=tmp_path / "run").run_dir
+    records = read_metrics(run)
+    assert np.isfinite(records[-1]["actor/policy_loss"]) and "eval/success_once" in records[-1]
+    before, after = _initial_weights(cfg), _weights(run, 1)
+    assert after["proprio_projector.0.weight"].shape == (model.config.text_config.hidden_size, 16)
+    assert not torch.equal(before["proprio_projector.0.weight"], after["proprio_projector.0.weight"])
+
+
 def test_grpo_without_reward_learns_from_demos_with_the_bc_term(tmp_path):
     """The same no-reward GRPO run with algorithm.bc_coef: every update now steps, on the demos."""
     from synthetic_demos import write_demos

@@ -98,7 +98,11 @@ def training_policy(args: argparse.Namespace):
                 model.add_layout_token()
         else:
             model, tokenizer = build_model(args.preset, seed=args.seed, **overrides)
-    except (VLAModelError, FileNotFoundError, OSError) as e:
+        if getattr(args, "proprio", False) and not model.config.proprio_dim:
+            from vla_trainer.sft import state_stats
+
+            model.add_proprio(state_stats(args.demos))  # the demos' robot state, z-scored by their statistics
+    except (VLAModelError, FileNotFoundError, OSError, ValueError) as e:
         return str(e)
     if tokenizer is None:
         return (f"preset {args.preset!r} has no built-in tokenizer; only the tiny presets "
@@ -358,6 +362,10 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--eval-every", type=positive_int, default=100,
                    help="held-out position and yaw errors every N steps (default: %(default)s)")
     v.set_defaults(func=cmd_pretrain_vision)
+    p.add_argument("--proprio", action="store_true",
+                   help="the policy also reads the robot state (obs['state'], as OpenVLA-OFT's proprio input), "
+                        "z-scored with the demos' statistics; with --init-from, adds the input to a checkpoint "
+                        "without one (default: image and instruction only, as the official OpenVLA)")
     p.add_argument("--log-every", type=positive_int, default=10,
                    help="log every N steps (default: %(default)s)")
     p.add_argument("--eval-every", type=positive_int, default=None,

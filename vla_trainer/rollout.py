@@ -10,6 +10,7 @@ bootstrapping, computed in one extra forward pass over just those envs.
 
 Shapes (T chunks, N envs, C actions per chunk, A = 7 tokens per action, V = 1 or C values):
     image [T, N, H, W, 3] uint8      instruction: T lists of N strings
+    state [T, N, S] float32 robot state (None when the env reports none)
     action_token_ids, log_probs [T, N, C, A]
     values [T, N, V]                 final_values [T, N] (0 where not truncated)
     rewards, terminated, truncated, valid [T, N, C]
@@ -41,6 +42,7 @@ class Rollout:
     terminated: torch.Tensor
     truncated: torch.Tensor
     valid: torch.Tensor
+    state: np.ndarray | None = None
     episodes: dict[str, list[float]] = field(default_factory=dict)
     """Metrics of the episodes that finished during the rollout (success_once, success_at_end, ...)."""
     timing: dict[str, float] = field(default_factory=dict)
@@ -56,7 +58,18 @@ class Rollout:
 
     def obs(self, t: np.ndarray, n: np.ndarray) -> dict:
         """Observation dict of samples ``(t[k], n[k])`` (what ``policy.prepare`` takes)."""
-        return {"image": self.image[t, n], "instruction": tuple(self.instruction[i][j] for i, j in zip(t, n))}
+        obs = {"image": self.image[t, n], "instruction": tuple(self.instruction[i][j] for i, j in zip(t, n))}
+        if self.state is not None:
+            obs["state"] = self.state[t, n]
+        return obs
+
+
+def obs_rows(obs: dict, rows: np.ndarray) -> dict:
+    """The observation of envs ``rows`` only (image, instruction and, if present, state)."""
+    sub = {"image": np.asarray(obs["image"])[rows], "instruction": tuple(obs["instruction"][i] for i in rows)}
+    if "state" in obs:
+        sub["state"] = np.asarray(obs["state"])[rows]
+    return sub
 
 
 def first_value(values: torch.Tensor | None) -> torch.Tensor | None:
@@ -75,7 +88,7 @@ def collect_rollout(env, policy: VLAPolicy, obs: dict, num_chunks: int, *, tempe
                     top_k: int | None = None, generator: torch.Generator | None = None,
                     reward_coef: float = 1.0) -> tuple[Rollout, dict]:
     """Runs ``num_chunks`` chunk steps from ``obs``; returns the rollout and the last observation."""
-    images, instructions, tokens, log_probs, values, final_values = [], [], [], [], [], []
+    images, states, instructions, tokens, log_probs, values, final_values = [], [], [], [], [], [], []
     rewards, terminated, truncated, valid = [], [], [], []
     episodes: dict[str, list[float]] = defaultdict(list)
     timing = {"generation": 0.0, "simulation": 0.0}
@@ -90,6 +103,7 @@ def collect_rollout(env, policy: VLAPolicy, obs: dict, num_chunks: int, *, tempe
         timing["simulation"] += t2 - t1
 
         images.append(np.asarray(obs["image"]))
+        states.append(np.asarray(obs["state"], dtype=np.float32) if "state" in obs else None)
         instructions.append(list(obs["instruction"]))
         tokens.append(sample.action_token_ids.cpu())
         log_probs.append(sample.log_probs.float().cpu())
@@ -104,8 +118,7 @@ def collect_rollout(env, policy: VLAPolicy, obs: dict, num_chunks: int, *, tempe
         cut = np.flatnonzero(out.truncated.any(axis=1))
         if cut.size and sample.values is not None:
             final = out.info["final_obs"] if "final_obs" in out.info else out.obs
-            sub = {"image": np.asarray(final["image"])[cut],
-                   "instruction": tuple(final["instruction"][i] for i in cut)}
+            sub = obs_rows(final, cut)
             t3 = time.perf_counter()
             fv[cut] = values_of(policy, sub, temperature, top_k).cpu()
             timing["generation"] += time.perf_counter() - t3
@@ -132,6 +145,7 @@ def collect_rollout(env, policy: VLAPolicy, obs: dict, num_chunks: int, *, tempe
         terminated=torch.stack(terminated),
         truncated=torch.stack(truncated),
         valid=torch.stack(valid),
+        state=None if any(x is None for x in states) else np.stack(states),
         episodes=dict(episodes),
         timing=timing,
     )
@@ -157,4 +171,6 @@ def concat_rollouts(rollouts: list[Rollout]) -> Rollout:
         values=None if rollouts[0].values is None else cat("values"),
         final_values=cat("final_values"), next_values=torch.cat([r.next_values for r in rollouts]),
         rewards=cat("rewards"), terminated=cat("terminated"), truncated=cat("truncated"), valid=cat("valid"),
+        state=(None if any(r.state is None for r in rollouts)
+               else np.concatenate([r.state for r in rollouts], axis=1)),
         episodes=dict(episodes), timing=dict(timing))

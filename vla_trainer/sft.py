@@ -46,7 +46,7 @@ class SFTSamples:
 
     Shapes:
         image: uint8 ``[M, H, W, 3]`` (at the model's image size after ``resize_images``).
-        state: float32 ``[M, S]`` (not read by OpenVLA / OpenVLA-OFT; kept for other policies).
+        state: float32 ``[M, S]`` robot state (read by a model with ``proprio_dim = S``).
         instruction: ``M`` strings.
         action_chunk: float32 ``[M, C, 7]`` env actions ``actions[t : t + C]``, end-padded.
         scene: float32 ``[M, 5 K]`` scene targets (``scene.scene_targets``) of demos that record
@@ -127,6 +127,22 @@ def build_samples(demo_dir: DemoFolders, chunk_size: int) -> SFTSamples:
     )
 
 
+def state_stats(demo_dirs: DemoFolders, min_std: float = 1e-2) -> dict[str, list[float]]:
+    """Mean and standard deviation of the robot state over every step of the demos, what a
+    model's ``proprio_stats`` z-score ``obs["state"]`` with. ``min_std`` keeps a dimension that
+    stands still in the demos (a fixed joint) from blowing up the smallest change later.
+
+    Raises:
+        ValueError: the demos hold no steps, or their states are not all of one width.
+    """
+    states = [np.asarray(e["state"], dtype=np.float64) for e in load_episodes(demo_dirs) if len(e["state"])]
+    widths = {s.shape[-1] for s in states}
+    if not states or len(widths) != 1:
+        raise ValueError(f"{demo_dirs}: the demos need steps with a robot state of one width, got widths {widths}")
+    state = np.concatenate(states)
+    return {"mean": state.mean(0).tolist(), "std": np.maximum(state.std(0), min_std).tolist()}
+
+
 def epoch_pool(samples: SFTSamples, first_frame_repeats: int, release_frame_repeats: int = 1) -> np.ndarray | int:
     """What one shuffled epoch draws from: every sample once, each episode's first frame
     ``first_frame_repeats`` times in all, and each sample whose chunk holds the release
@@ -183,7 +199,8 @@ def nll_loss(policy: VLAPolicy, inputs: PolicyInputs, tokens: torch.Tensor, labe
     """
     core = policy.core
     if out is None:
-        out = core(inputs.pixel_values, inputs.input_ids, inputs.attention_mask, action_token_ids=tokens)
+        out = core(inputs.pixel_values, inputs.input_ids, inputs.attention_mask, action_token_ids=tokens,
+                   proprio=inputs.proprio)
     log_p = torch.log_softmax(out.action_logits, dim=-1)  # [N, C, A, n_bins]
     bins = core.action_token_indices(tokens)  # [N, C, A]
     if label_sigma_bins <= 0:
@@ -412,7 +429,8 @@ def train_sft(
         inputs = policy.prepare(samples.obs(idx))
         target = tokens[idx].to(policy.device)
         out = policy.core(inputs.pixel_values, inputs.input_ids, inputs.attention_mask,
-                          action_token_ids=target, output_hidden_states=scene_head is not None)
+                          action_token_ids=target, output_hidden_states=scene_head is not None,
+                          proprio=inputs.proprio)
         loss = nll_loss(policy, inputs, target, label_sigma_bins, out)
         if scene_head is not None:
             grounding = scene_loss(scene_head, out, scene_z[idx].to(policy.device))

@@ -8,7 +8,8 @@
     ratio = (ev.log_probs - sample.log_probs).exp()              # [N, C, 7]; 1 before any update
 
 The observation is vla_envs' dict: ``"image"`` uint8 ``[N, H, W, 3]`` and ``"instruction"``
-(``N`` strings); ``"wrist_image"`` and ``"state"`` are not used by OpenVLA / OpenVLA-OFT.
+(``N`` strings); ``"state"`` (float ``[N, S]``) only by a model with ``proprio_dim = S``;
+``"wrist_image"`` is not used.
 """
 
 from __future__ import annotations
@@ -34,18 +35,23 @@ class PolicyInputs:
         pixel_values: float32 ``[N, 6, H, W]``.
         input_ids: int64 ``[N, T]`` prompts without BOS, left-padded.
         attention_mask: bool ``[N, T]``.
+        proprio: float32 ``[N, S]`` robot state, or None for a model that reads none.
     """
 
     pixel_values: torch.Tensor
     input_ids: torch.Tensor
     attention_mask: torch.Tensor
+    proprio: torch.Tensor | None = None
+
+    def _map(self, fn) -> PolicyInputs:
+        return PolicyInputs(*(None if (v := getattr(self, f.name)) is None else fn(v) for f in fields(self)))
 
     def to(self, device) -> PolicyInputs:
-        return PolicyInputs(*(getattr(self, f.name).to(device) for f in fields(self)))
+        return self._map(lambda v: v.to(device))
 
     def __getitem__(self, index) -> PolicyInputs:
         """Rows ``index`` (a slice, int64 or bool tensor) of every field, e.g. a minibatch."""
-        return PolicyInputs(*(getattr(self, f.name)[index] for f in fields(self)))
+        return self._map(lambda v: v[index])
 
 
 @dataclass
@@ -149,6 +155,20 @@ def check_images(images: Any, image_size: int, n: int, key: str = "image") -> to
     return images
 
 
+def check_state(state: Any, width: int, n: int) -> torch.Tensor:
+    """float32 ``[n, width]`` robot state as a tensor, or InvalidInputError saying what is wrong."""
+    if state is None:
+        raise InvalidInputError(f"this model reads the robot state: obs['state'] must be float [{n}, {width}], "
+                                "and the observation has none")
+    state = torch.as_tensor(np.asarray(state, dtype=np.float32))
+    if tuple(state.shape) != (n, width):
+        raise InvalidInputError(f"obs['state'] must be float [{n}, {width}] (the model's proprio_dim={width}), "
+                                f"got shape {list(state.shape)}")
+    if not torch.isfinite(state).all():
+        raise InvalidInputError("obs['state'] holds NaN or inf")
+    return state
+
+
 class VLAPolicy:
     """OpenVLA or OpenVLA-OFT (optionally LoRA-wrapped) behind the ``Policy`` interface.
 
@@ -185,8 +205,9 @@ class VLAPolicy:
         """Validates an observation dict and turns it into model inputs.
 
         Raises:
-            InvalidInputError: a key is missing, the images have the wrong dtype/shape, or an
-                instruction is empty.
+            InvalidInputError: a key is missing, the images have the wrong dtype/shape, an
+                instruction is empty, or a model that reads the robot state gets none or the
+                wrong width.
         """
         if not isinstance(obs, Mapping) or "image" not in obs or "instruction" not in obs:
             raise InvalidInputError(
@@ -201,7 +222,10 @@ class VLAPolicy:
         images = check_images(obs["image"], self.config.image_size, len(instructions))
         input_ids, attention_mask = tokenize_prompts(self.tokenizer, instructions, self.config)
         pixel_values = images_to_pixel_values(images, self.config.image_mean, self.config.image_std)
-        return PolicyInputs(pixel_values, input_ids, attention_mask).to(self.device)
+        proprio = None
+        if self.config.proprio_dim:
+            proprio = check_state(obs.get("state"), self.config.proprio_dim, len(instructions))
+        return PolicyInputs(pixel_values, input_ids, attention_mask, proprio).to(self.device)
 
     def actions_from_tokens(self, action_token_ids: torch.Tensor) -> torch.Tensor:
         """Token ids ``[N, C, A]`` -> env actions float32 ``[N, C, A]`` (decode, un-normalise, clip)."""
@@ -229,6 +253,7 @@ class VLAPolicy:
             top_k=top_k,
             greedy=greedy,
             generator=generator,
+            proprio=inputs.proprio,
         )
         return ActionSample(
             actions=self.actions_from_tokens(out.token_ids),
@@ -254,6 +279,7 @@ class VLAPolicy:
             action_token_ids.to(self.device),
             temperature=temperature,
             top_k=top_k,
+            proprio=inputs.proprio,
         )
         return ActionEvaluation(log_probs, entropy, values)
 

@@ -222,7 +222,7 @@ class RayRuntime:
         order = [s * E + e for e in range(E) for s in range(k)]
         per_t = lambda xs, t: [xs[t * k * E + j] for j in order]  # noqa: E731
         cat_t = lambda parts: torch.cat([torch.from_numpy(np.array(x)) for x in parts])  # noqa: E731
-        images, instructions, tokens, log_probs, values, finals, rewards = [], [], [], [], [], [], []
+        images, states, instructions, tokens, log_probs, values, finals, rewards = [], [], [], [], [], [], [], []
         terminated, truncated, valid = [], [], []
         episodes: dict[str, list[float]] = defaultdict(list)
         gen_s = sim_s = 0.0
@@ -230,6 +230,8 @@ class RayRuntime:
             o, a, r = per_t(obs_in, t), per_t(acts, t), per_t(recs, t)
             images.append(np.concatenate([np.asarray(x["obs"]["image"]) for x in o]))
             instructions.append([s for x in o for s in x["obs"]["instruction"]])
+            states.append(np.concatenate([np.asarray(x["obs"]["state"], dtype=np.float32) for x in o])
+                          if all("state" in x["obs"] for x in o) else None)
             tokens.append(torch.cat([x["token_ids"] for x in a]))
             log_probs.append(torch.cat([x["log_probs"] for x in a]))
             values.append(None if a[0]["values"] is None else torch.cat([x["values"] for x in a]))
@@ -252,6 +254,7 @@ class RayRuntime:
                        log_probs=torch.stack(log_probs), values=None if values[0] is None else torch.stack(values),
                        final_values=torch.stack(finals), next_values=next_values, rewards=torch.stack(rewards),
                        terminated=torch.stack(terminated), truncated=torch.stack(truncated), valid=torch.stack(valid),
+                       state=None if any(x is None for x in states) else np.stack(states),
                        episodes=dict(episodes),
                        timing={"generation": gen_s, "simulation": sim_s, "rollout_wall": wall})
 

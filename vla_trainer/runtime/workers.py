@@ -8,7 +8,7 @@ What moves between them (numpy arrays and tensors; Ray passes them through its s
 object store, and the actions go from rollout worker to env worker without the driver):
 
     EnvWorker.reset / step -> ObsOut  {"obs": {"image" [n,H,W,3] uint8, "instruction" (n str), ...},
-                                       "final": None | {"image", "instruction", "cut" [m] int}}
+                                       "final": None | {"image", "instruction", "state"?, "cut" [m] int}}
     RolloutWorker.act(ObsOut) -> ActOut {"actions" [n,C,7] float32, "token_ids"/"log_probs" [n,C,A],
                                          "values" [n,V] | None, "final_values" [n], "seconds"}
     EnvWorker.step -> StepRecord {"rewards"/"terminated"/"truncated"/"valid" [n,C], "episodes", "seconds"}
@@ -30,7 +30,7 @@ import torch
 from vla_trainer.build import build_policy, iteration_seed, load_bc_demos, make_env, make_optimizer
 from vla_trainer.config.schema import TrainConfig
 from vla_trainer.models import EnvGenerators
-from vla_trainer.rollout import values_of
+from vla_trainer.rollout import obs_rows, values_of
 
 from .placement import WorkerSpec
 
@@ -108,8 +108,7 @@ class EnvWorker:
         final = None
         if cut.size:
             src = out.info["final_obs"] if "final_obs" in out.info else out.obs
-            final = {"image": np.asarray(src["image"])[cut], "instruction": tuple(src["instruction"][i] for i in cut),
-                     "cut": cut}
+            final = {**obs_rows(src, cut), "cut": cut}
         episodes = {}
         if "episode" in out.info:
             done = out.info["_episode"]
@@ -156,8 +155,7 @@ class RolloutWorker:
         final_values = torch.zeros(len(rows))
         final = obs_out["final"]
         if final is not None and self.critic:
-            v = values_of(self.policy, {"image": final["image"], "instruction": final["instruction"]},
-                          sp.temperature_train, top_k)
+            v = values_of(self.policy, {k: x for k, x in final.items() if k != "cut"}, sp.temperature_train, top_k)
             final_values[torch.as_tensor(final["cut"])] = v.float().cpu()
         if values_only:
             v = values_of(self.policy, obs_out["obs"], sp.temperature_train, top_k) if self.critic else None
