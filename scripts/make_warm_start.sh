@@ -17,6 +17,9 @@
 #      20 warm-up steps, cosine, each --init-from the previous one, with the same scene-loss weight
 #      and first- and release-frame repeats
 #                                                                               -> DIR/sft_1 ...
+#   5. the robot-state stage: VLA_STATE_STAGE_STEPS (500; 0: none) more steps like a continuation
+#      stage, with `vla-train sft --proprio`: the model gains a projected token of the robot's
+#      joint state, z-scored with statistics taken from the demos      -> DIR/sft_<VLA_SFT_STAGES + 1>
 # DIR/sft is the last stage. A stage whose output exists is skipped, so an interrupted run continues.
 #
 #   bash scripts/make_warm_start.sh [DIR]             DIR defaults to runs/warm_start
@@ -41,6 +44,11 @@ FIRST_FRAME_REPEATS="${VLA_FIRST_FRAME_REPEATS:-8}"
 RELEASE_FRAME_REPEATS="${VLA_RELEASE_FRAME_REPEATS:-1}"
 STAGES="${VLA_SFT_STAGES:-1}"
 STAGE_STEPS="${VLA_SFT_STAGE_STEPS:-1000}"
+STATE_STEPS="${VLA_STATE_STAGE_STEPS:-500}"
+case "$STATE_STEPS" in
+  ""|*[!0-9]*) echo "error: VLA_STATE_STAGE_STEPS=$STATE_STEPS: a number of steps, 0 for no robot-state stage" >&2; exit 2 ;;
+esac
+LAST="$STAGES"; [ "$STATE_STEPS" -eq 0 ] || LAST=$((STAGES + 1))
 mkdir -p "$DIR"
 
 if [ ! -f "$DIR/demos/index.json" ]; then
@@ -63,24 +71,32 @@ if [ ! -f "$DIR/sft_0/config.json" ]; then
     --eval-every 100 --out "$DIR/sft_0" --seed 0 --log-every 50 --scene-loss-weight "$SCENE_WEIGHT" \
     --first-frame-repeats "$FIRST_FRAME_REPEATS" --release-frame-repeats "$RELEASE_FRAME_REPEATS"
 fi
-for stage in $(seq 1 "$STAGES"); do
+for stage in $(seq 1 "$LAST"); do
+  STEPS="$STAGE_STEPS"; STATE=(); WHAT="SFT stage $stage of $LAST"
+  if [ "$stage" -gt "$STAGES" ]; then STEPS="$STATE_STEPS"; STATE=(--proprio); WHAT="$WHAT, with the robot state"; fi
   if [ ! -f "$DIR/sft_$stage/config.json" ]; then
-    echo "== SFT stage $stage of $STAGES, from sft_$((stage - 1)) -> $DIR/sft_$stage"
-    .venv/bin/vla-train sft --demos "$DIR/demos" --init-from "$DIR/sft_$((stage - 1))" --steps "$STAGE_STEPS" \
-      --batch-size 32 --lr 3e-4 --warmup-steps 20 --lr-schedule cosine --eval-every 250 --out "$DIR/sft_$stage" \
-      --seed "$stage" --log-every 100 --scene-loss-weight "$SCENE_WEIGHT" \
+    echo "== $WHAT, from sft_$((stage - 1)) -> $DIR/sft_$stage"
+    .venv/bin/vla-train sft --demos "$DIR/demos" --init-from "$DIR/sft_$((stage - 1))" "${STATE[@]}" \
+      --steps "$STEPS" --batch-size 32 --lr 3e-4 --warmup-steps 20 --lr-schedule cosine --eval-every 250 \
+      --out "$DIR/sft_$stage" --seed "$stage" --log-every 100 --scene-loss-weight "$SCENE_WEIGHT" \
       --first-frame-repeats "$FIRST_FRAME_REPEATS" --release-frame-repeats "$RELEASE_FRAME_REPEATS"
   fi
 done
-rm -rf "$DIR/sft" && cp -r "$DIR/sft_$STAGES" "$DIR/sft"
+if [ "$STATE_STEPS" -gt 0 ] && ! grep -q '"proprio_dim": [1-9]' "$DIR/sft_$LAST/config.json"; then
+  echo "error: $DIR/sft_$LAST exists but does not read the robot state (made with other settings);" \
+       "remove it or use another DIR" >&2
+  exit 2
+fi
+rm -rf "$DIR/sft" && cp -r "$DIR/sft_$LAST" "$DIR/sft"
 echo "warm start: $DIR/sft"
 
 if [ "${2:-}" = "--publish" ]; then
-  .venv/bin/python - "$DIR" "$STAGES" "$EPISODES" "$DEMO_SEED" "$ENV_KWARGS" <<'PY'
+  .venv/bin/python - "$DIR" "$STAGES" "$LAST" "$EPISODES" "$DEMO_SEED" "$ENV_KWARGS" <<'PY'
 import json, sys
 from vla_trainer.checkpoint import publish_half_precision
 from vla_trainer.metrics_log import sft_curve
-run, stages, episodes, demo_seed, env_kwargs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+run, stages, last = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+episodes, demo_seed, env_kwargs = int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
 keep = ("initial_loss", "final_loss", "final_token_accuracy", "final_action_l1", "action_l1_of_zero", "steps", "curve",
         "scene_loss_weight", "first_frame_repeats", "release_frame_repeats", "final_scene_loss")
 def settings(stage):
@@ -90,7 +106,7 @@ def settings(stage):
                 **{key: json.load(open(f"{run}/sft_0/config.json")).get(key, "none")
                    for key in ("patch_positions", "layout_token")}}
     return {"init": f"stage {stage - 1}", "batch_size": 32, "lr": 3e-4, "warmup_steps": 20,
-            "lr_schedule": "cosine", "seed": stage}
+            "lr_schedule": "cosine", "seed": stage, "proprio": stage > stages}
 index = json.load(open(f"{run}/demos/index.json"))
 vision = json.load(open(f"{run}/vision/vision_metrics.json"))
 made_by = {
@@ -106,7 +122,7 @@ made_by = {
                                   "val_of_mean")}},
     "stages": [{"settings": settings(i), **{k: v for k, v in json.load(open(f"{run}/sft_{i}/sft_metrics.json")).items()
                                             if k in keep}}
-               for i in range(stages + 1)],
+               for i in range(last + 1)],
     "weights": "float16 (loads as float32)",
 }
 out = publish_half_precision(f"{run}/sft", "warm_start/tiny-openvla-oft-put-on-plate", made_by)

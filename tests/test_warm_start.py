@@ -1,6 +1,6 @@
 """The shipped warm start (warm_start/tiny-openvla-oft-put-on-plate, made by
-scripts/make_warm_start.sh): it loads with the current model code, says how it was made, saw the
-view the PPO recipe trains on, and drives the real env through vla-eval."""
+scripts/make_warm_start.sh): it loads with the current model code, reads the robot state, says how
+it was made, saw the view the PPO recipe trains on, and drives the real env through vla-eval."""
 
 from __future__ import annotations
 
@@ -24,6 +24,10 @@ def test_loads_as_the_float32_tiny_oft_preset_with_learned_slots():
     cfg = model.config
     assert (cfg.image_size, cfg.chunk_size, cfg.slot_embeddings) == (64, 8, "learned")
     assert sum(p.numel() for p in model.parameters()) < 20e6
+    # its last stage added the robot-state token, z-scored with the demos' statistics
+    assert cfg.proprio_dim > 0 and model.proprio_projector is not None
+    stats = cfg.proprio_stats
+    assert len(stats["mean"]) == len(stats["std"]) == cfg.proprio_dim and min(stats["std"]) > 0
 
 
 def test_made_by_matches_the_recipe_it_warm_starts():
@@ -33,6 +37,7 @@ def test_made_by_matches_the_recipe_it_warm_starts():
     assert made_by["demos"]["env_id"] == recipe.env.train.task
     assert made_by["demos"]["env_kwargs"] == dict(recipe.env.train.env_kwargs) == dict(recipe.env.eval.env_kwargs)
     last = made_by["stages"][-1]
+    assert last["settings"]["proprio"] and not any(s["settings"].get("proprio") for s in made_by["stages"][:-1])
     # it learned more than the actions' mode: its greedy action is closer to the expert's than "do nothing"
     assert last["final_action_l1"] < 0.8 * last["action_l1_of_zero"]
     assert not any("/" in str(v) for v in made_by["demos"].values() if isinstance(v, str))

@@ -95,6 +95,12 @@ class OpenVLAConfig(PreTrainedConfig):
       object is from this one token instead of having to find the object's patch; a linear
       read-out of the flattened patches predicts the first reach twice as well as the mean,
       where attention over the patches learned little of it (``docs/results.md``).
+    * ``proprio_dim``: 0 (the official OpenVLA) or the width of the robot state the policy also
+      reads (``obs["state"]``), as OpenVLA-OFT's proprio input: z-scored with ``proprio_stats``
+      (``{"mean": [...], "std": [...]}``, from the demos it was trained on) and projected by a
+      two-layer MLP to one token after the patches. An image alone does not say whether the
+      fingers hold the object (a gripper descending open and one lifting closed look alike at
+      64 px); the finger joints do.
     """
 
     model_type = "vla_openvla"
@@ -127,6 +133,8 @@ class OpenVLAConfig(PreTrainedConfig):
     value_hidden_sizes: list | None = None
     patch_positions: str = "none"
     layout_token: str = "none"
+    proprio_dim: int = 0
+    proprio_stats: dict | None = None
     initializer_range: float = 0.02
     tie_word_embeddings: bool = False
 
@@ -213,6 +221,16 @@ class OpenVLAConfig(PreTrainedConfig):
             fail("patch_positions", f"must be one of {PATCH_POSITIONS}, got {self.patch_positions!r}")
         if self.layout_token not in LAYOUT_TOKENS:
             fail("layout_token", f"must be one of {LAYOUT_TOKENS}, got {self.layout_token!r}")
+        if self.proprio_dim < 0:
+            fail("proprio_dim", f"must be 0 (no robot state) or the state's width, got {self.proprio_dim}")
+        if self.proprio_dim:
+            stats = self.proprio_stats or {}
+            for key in ("mean", "std"):
+                if len(stats.get(key) or ()) != self.proprio_dim:
+                    fail(f"proprio_stats.{key}", f"must hold proprio_dim={self.proprio_dim} numbers, "
+                                                 f"got {stats.get(key)!r}")
+            if min(stats["std"]) <= 0:
+                fail("proprio_stats.std", f"must be > 0 everywhere, got {stats['std']}")
         if "{instruction}" not in self.prompt_template:
             fail("prompt_template", "must contain '{instruction}'")
 

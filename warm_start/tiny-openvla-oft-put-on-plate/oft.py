@@ -44,6 +44,7 @@ class OpenVLAOFTForActionPrediction(OpenVLAForActionPrediction):
         action_token_ids: torch.Tensor | None = None,
         output_hidden_states: bool = False,
         slot_embeds: torch.Tensor | None = None,
+        proprio: torch.Tensor | None = None,
         **kwargs,
     ) -> VLAOutput:
         """One pass over prompt + slots. ``action_token_ids`` are not needed (only validated).
@@ -57,7 +58,7 @@ class OpenVLAOFTForActionPrediction(OpenVLAForActionPrediction):
         """
         if action_token_ids is not None:
             self.action_token_indices(action_token_ids)
-        embeds, valid = self.embed_prefix(pixel_values, input_ids, attention_mask)
+        embeds, valid = self.embed_prefix(pixel_values, input_ids, attention_mask, proprio)
         n, length = valid.shape
         num_slots = self.tokens_per_step
         if slot_embeds is None and self.action_slots is not None:
@@ -90,6 +91,7 @@ class OpenVLAOFTForActionPrediction(OpenVLAForActionPrediction):
         top_k: int | None = None,
         greedy: bool = False,
         generator: torch.Generator | None = None,
+        proprio: torch.Tensor | None = None,
     ) -> SampledActionTokens:
         """All ``C x A`` tokens from one forward; each slot sampled independently.
 
@@ -97,7 +99,7 @@ class OpenVLAOFTForActionPrediction(OpenVLAForActionPrediction):
             returns token_ids, log_probs ``[N, C, A]``, values ``[N, V]``.
         """
         check_sampling_args(temperature, top_k, self.config.n_action_bins)
-        out = self(pixel_values, input_ids, attention_mask)
+        out = self(pixel_values, input_ids, attention_mask, proprio=proprio)
         logits = processed_logits(out.action_logits, temperature, top_k)
         index = logits.argmax(-1) if greedy else sample_indices(logits, generator)
         log_probs, _ = log_prob_and_entropy(logits, index)

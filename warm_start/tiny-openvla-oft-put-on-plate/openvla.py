@@ -84,6 +84,7 @@ class OpenVLAForActionPrediction(PreTrainedModel):
         self.projector = FusedProjector(self.vision_backbone.embed_dim, config.text_config.hidden_size)
         self.patch_positions = nn.Parameter(self.new_patch_code()) if config.patch_positions == "sincos" else None
         self.layout_token = self.new_layout_token() if config.layout_token == "linear" else None
+        self.proprio_projector = self.new_proprio_projector() if config.proprio_dim else None
         self.language_model = LlamaForCausalLM(config.text_config)
         self.value_head = (
             ValueHead(config.text_config.hidden_size, config.value_hidden_sizes, config.num_value_outputs)
@@ -137,6 +138,48 @@ class OpenVLAForActionPrediction(PreTrainedModel):
         self.layout_token = self.new_layout_token().to(device=like.device, dtype=like.dtype)
         self.config.layout_token = "linear"
 
+    def new_proprio_projector(self) -> nn.Sequential:
+        """The map of a z-scored robot state ``[S]`` to one token ``[D]`` (OpenVLA-OFT's proprio
+        projector: linear, GELU, linear)."""
+        dim = self.config.text_config.hidden_size
+        return nn.Sequential(nn.Linear(self.config.proprio_dim, dim), nn.GELU(), nn.Linear(dim, dim))
+
+    def add_proprio(self, stats: dict) -> None:
+        """Gives a model built without a robot-state input the projector a new model with
+        ``proprio_dim = len(stats["mean"])`` starts from, to be learned in fine-tuning; every other
+        weight is kept. Raises ConfigMismatchError if the model reads a state already or the
+        statistics are malformed (nothing is changed then)."""
+        if self.proprio_projector is not None:
+            raise ConfigMismatchError(f"proprio_dim: the model reads a robot state already "
+                                      f"({self.config.proprio_dim} numbers); nothing to add")
+        stats = {"mean": [float(v) for v in stats["mean"]], "std": [float(v) for v in stats["std"]]}
+        previous = (self.config.proprio_dim, self.config.proprio_stats)
+        self.config.proprio_dim, self.config.proprio_stats = len(stats["mean"]), stats
+        try:
+            self.config.check()
+        except ConfigMismatchError:
+            self.config.proprio_dim, self.config.proprio_stats = previous
+            raise
+        like = self.projector.fc3.weight
+        self.proprio_projector = self.new_proprio_projector().to(device=like.device, dtype=like.dtype)
+
+    def proprio_token(self, proprio: torch.Tensor | None, n: int) -> torch.Tensor | None:
+        """The robot state as one token ``[N, 1, D]`` (None for a model without a state input).
+
+        Shapes: proprio float ``[N, S]`` with ``S = config.proprio_dim``."""
+        if self.proprio_projector is None:
+            return None
+        expected = (n, self.config.proprio_dim)
+        if proprio is None or tuple(proprio.shape) != expected:
+            got = None if proprio is None else tuple(proprio.shape)
+            raise InvalidInputError(f"this model reads the robot state: proprio must be {list(expected)}, got {got}")
+        stats = self.config.proprio_stats
+        like = self.projector.fc3.weight
+        mean = torch.tensor(stats["mean"], device=like.device, dtype=torch.float32)
+        std = torch.tensor(stats["std"], device=like.device, dtype=torch.float32)
+        z = (proprio.to(device=like.device, dtype=torch.float32) - mean) / std
+        return self.proprio_projector(z.to(like.dtype)).unsqueeze(1)
+
     # --- Hugging Face plumbing ------------------------------------------------------------
     def get_input_embeddings(self) -> nn.Module:
         return self.language_model.get_input_embeddings()
@@ -161,15 +204,20 @@ class OpenVLAForActionPrediction(PreTrainedModel):
         return self.config.chunk_size * self.config.action_dim
 
     def embed_prefix(
-        self, pixel_values: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor
+        self,
+        pixel_values: torch.Tensor,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        proprio: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``[BOS, patches, prompt]`` embeddings and their validity.
 
         Shapes:
             pixel_values: ``[N, 6, H, W]``; input_ids: int64 ``[N, T]`` (no BOS, left-padded);
-            attention_mask: ``[N, T]`` (1 = token, 0 = padding).
-            returns: embeddings ``[N, L, D]`` with ``L = 1 + P + T`` (``2 + P + T`` with a layout
-            token after the patches), valid bool ``[N, L]``.
+            attention_mask: ``[N, T]`` (1 = token, 0 = padding); proprio: ``[N, S]``, read only
+            by a model with ``proprio_dim = S``.
+            returns: embeddings ``[N, L, D]`` with ``L = 1 + P + T``, plus one for a layout token
+            and one for the state token after the patches; valid bool ``[N, L]``.
         """
         n = input_ids.shape[0]
         if pixel_values.shape[0] != n or attention_mask.shape != input_ids.shape:
@@ -185,6 +233,9 @@ class OpenVLAForActionPrediction(PreTrainedModel):
             patches = patches + self.patch_positions
         if layout is not None:
             patches = torch.cat([patches, layout], dim=1)  # [N, P + 1, D]
+        state = self.proprio_token(proprio, n)
+        if state is not None:
+            patches = torch.cat([patches, state.to(patches.dtype)], dim=1)
         bos = embed(torch.full((n, 1), self.config.bos_token_id, dtype=torch.long, device=input_ids.device))
         embeds = torch.cat([bos, patches.to(bos.dtype), embed(input_ids)], dim=1)
         valid = torch.cat(
@@ -241,6 +292,7 @@ class OpenVLAForActionPrediction(PreTrainedModel):
         attention_mask: torch.Tensor,
         action_token_ids: torch.Tensor | None = None,
         output_hidden_states: bool = False,
+        proprio: torch.Tensor | None = None,
         **kwargs,
     ) -> VLAOutput:
         """Teacher-forced pass: logits of every action token given the ones before it.
@@ -254,7 +306,7 @@ class OpenVLAForActionPrediction(PreTrainedModel):
         if action_token_ids is None:
             raise InvalidInputError("OpenVLA's forward needs action_token_ids [N, 1, A] (teacher forcing)")
         self.action_token_indices(action_token_ids)
-        embeds, valid = self.embed_prefix(pixel_values, input_ids, attention_mask)
+        embeds, valid = self.embed_prefix(pixel_values, input_ids, attention_mask, proprio)
         n, length = valid.shape
         tokens = action_token_ids.reshape(n, -1)[:, :-1]  # the last token is predicted, never fed
         seq = torch.cat([embeds, self.get_input_embeddings()(tokens)], dim=1)
@@ -280,6 +332,7 @@ class OpenVLAForActionPrediction(PreTrainedModel):
         top_k: int | None = None,
         greedy: bool = False,
         generator: torch.Generator | None = None,
+        proprio: torch.Tensor | None = None,
     ) -> SampledActionTokens:
         """Decodes ``A`` action tokens one at a time with a KV cache.
 
@@ -292,7 +345,7 @@ class OpenVLAForActionPrediction(PreTrainedModel):
             returns token_ids, log_probs ``[N, 1, A]``, values ``[N, V]``.
         """
         check_sampling_args(temperature, top_k, self.config.n_action_bins)
-        embeds, valid = self.embed_prefix(pixel_values, input_ids, attention_mask)
+        embeds, valid = self.embed_prefix(pixel_values, input_ids, attention_mask, proprio)
         n = embeds.shape[0]
         cache = DynamicCache(config=self.config.text_config)
         positions = position_ids_from_mask(valid)
@@ -342,6 +395,7 @@ class OpenVLAForActionPrediction(PreTrainedModel):
         *,
         temperature: float = 1.0,
         top_k: int | None = None,
+        proprio: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """Log-probs, entropy and values of given action tokens (differentiable).
 
@@ -351,7 +405,7 @@ class OpenVLAForActionPrediction(PreTrainedModel):
         """
         check_sampling_args(temperature, top_k, self.config.n_action_bins)
         indices = self.action_token_indices(action_token_ids)
-        out = self(pixel_values, input_ids, attention_mask, action_token_ids=action_token_ids)
+        out = self(pixel_values, input_ids, attention_mask, action_token_ids=action_token_ids, proprio=proprio)
         log_probs, entropy = log_prob_and_entropy(
             processed_logits(out.action_logits, temperature, top_k), indices
         )
