@@ -10,6 +10,7 @@ import shutil
 import signal
 import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -72,13 +73,20 @@ def _wait_gone(pids, seconds=20.0):
     return [p for p in pids if _alive(p)]
 
 
-def test_pipelined_rollout_equals_one_process_rollout():
-    local = LocalRuntime(load_config("cpu_ppo_tiny_put_on_plate", BASE))
+SHIPPED = Path(__file__).resolve().parents[1] / "warm_start" / "tiny-openvla-oft-put-on-plate"
+
+
+@pytest.mark.parametrize("model", ["preset", "shipped"])
+def test_pipelined_rollout_equals_one_process_rollout(model):
+    """Also with the shipped warm start, which reads the robot state: the env workers hand each
+    step's state through to the rollout, as one process keeps it."""
+    base = BASE + ([f"actor.model.model_path={SHIPPED}"] if model == "shipped" else [])
+    local = LocalRuntime(load_config("cpu_ppo_tiny_put_on_plate", base))
     try:
         expected = local.rollout(7)
     finally:
         local.close()
-    ray_rt = RayRuntime(load_config("cpu_ppo_tiny_put_on_plate", BASE + RAY + LAYOUTS["hybrid_pipe2"]))
+    ray_rt = RayRuntime(load_config("cpu_ppo_tiny_put_on_plate", base + RAY + LAYOUTS["hybrid_pipe2"]))
     try:
         got = ray_rt.rollout(7)
         pids = ray_rt.pids()
@@ -88,6 +96,8 @@ def test_pipelined_rollout_equals_one_process_rollout():
     assert torch.equal(got.action_token_ids, expected.action_token_ids)  # same seeds, same actions
     np.testing.assert_array_equal(got.image, expected.image)
     assert got.instruction == expected.instruction
+    assert got.state is not None and expected.state is not None and got.state.shape[-1] == 16
+    np.testing.assert_array_equal(got.state, expected.state)
     for name in ("rewards", "terminated", "truncated", "valid"):
         assert torch.equal(getattr(got, name), getattr(expected, name)), name
     torch.testing.assert_close(got.log_probs, expected.log_probs, atol=1e-5, rtol=0)
