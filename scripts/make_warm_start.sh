@@ -27,11 +27,11 @@
 #                                                     warm_start/tiny-openvla-oft-put-on-plate (float16)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-bash "$ROOT/scripts/setup.sh" maniskill
 cd "$ROOT"
-export HF_HUB_OFFLINE=1
-source scripts/main_job_env.sh
 DIR="${1:-runs/warm_start}"
+if [ $# -gt 2 ] || [[ "${2:---publish}" != --publish ]] || [[ "$DIR" == -* ]]; then
+  echo "error: arguments '$*': usage: bash scripts/make_warm_start.sh [DIR] [--publish]" >&2; exit 2
+fi
 EPISODES="${VLA_DEMO_EPISODES:-900}"
 DEMO_SEED=300
 EXPERT_MAX_SPEED="${VLA_EXPERT_MAX_SPEED:-1.0}"
@@ -45,9 +45,33 @@ RELEASE_FRAME_REPEATS="${VLA_RELEASE_FRAME_REPEATS:-1}"
 STAGES="${VLA_SFT_STAGES:-1}"
 STAGE_STEPS="${VLA_SFT_STAGE_STEPS:-1000}"
 STATE_STEPS="${VLA_STATE_STAGE_STEPS:-500}"
-case "$STATE_STEPS" in
-  ""|*[!0-9]*) echo "error: VLA_STATE_STAGE_STEPS=$STATE_STEPS: a number of steps, 0 for no robot-state stage" >&2; exit 2 ;;
-esac
+# Settings are checked before anything runs, so a typo does not surface an hour in.
+whole() {  # NAME VALUE MIN WHAT
+  case "$2" in
+    ""|*[!0-9]*) ;;
+    *) [ "$2" -ge "$3" ] && return 0 ;;
+  esac
+  echo "error: $1=$2: $4" >&2; exit 2
+}
+decimal() {  # NAME VALUE WHAT
+  [[ "$2" =~ ^[0-9]+(\.[0-9]+)?$ ]] && return 0
+  echo "error: $1=$2: $3" >&2; exit 2
+}
+whole VLA_DEMO_EPISODES "$EPISODES" 1 "a number of episodes, at least 1"
+decimal VLA_EXPERT_MAX_SPEED "$EXPERT_MAX_SPEED" "a fraction of the controller's step, such as 1.0 or 0.3"
+whole VLA_VISION_STEPS "$VISION_STEPS" 1 "a number of steps, at least 1"
+whole VLA_SFT_STEPS "$STEPS0" 1 "a number of steps, at least 1"
+decimal VLA_SCENE_LOSS_WEIGHT "$SCENE_WEIGHT" "a weight, 0 for no grounding co-training"
+whole VLA_FIRST_FRAME_REPEATS "$FIRST_FRAME_REPEATS" 1 "how often each first frame is drawn per epoch, at least 1"
+whole VLA_RELEASE_FRAME_REPEATS "$RELEASE_FRAME_REPEATS" 1 "how often each release frame is drawn per epoch, at least 1"
+whole VLA_SFT_STAGES "$STAGES" 0 "a number of continuation stages, 0 for none"
+whole VLA_SFT_STAGE_STEPS "$STAGE_STEPS" 1 "a number of steps, at least 1"
+whole VLA_STATE_STAGE_STEPS "$STATE_STEPS" 0 "a number of steps, 0 for no robot-state stage"
+case "$PATCH_POSITIONS" in sincos|none) ;; *) echo "error: VLA_PATCH_POSITIONS=$PATCH_POSITIONS: use sincos or none" >&2; exit 2 ;; esac
+case "$LAYOUT_TOKEN" in linear|none) ;; *) echo "error: VLA_LAYOUT_TOKEN=$LAYOUT_TOKEN: use linear or none" >&2; exit 2 ;; esac
+bash scripts/setup.sh maniskill
+export HF_HUB_OFFLINE=1
+source scripts/main_job_env.sh
 LAST="$STAGES"; [ "$STATE_STEPS" -eq 0 ] || LAST=$((STAGES + 1))
 mkdir -p "$DIR"
 

@@ -22,37 +22,47 @@ case "$ALG" in
   *) echo "error: VLA_ALGORITHM=$ALG: use grpo or ppo" >&2; exit 2 ;;
 esac
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-bash "$ROOT/scripts/setup.sh" maniskill
 cd "$ROOT"
-export HF_HUB_OFFLINE=1
-source scripts/main_job_env.sh
 OUT="${VLA_RUN_DIR:-runs/main}"
 WARM="${VLA_WARM_START:-shipped}"
-mkdir -p "$OUT"
-
+RL_MINUTES="${VLA_RL_MINUTES:-40}"
+EVAL_EPISODES="${VLA_EVAL_EPISODES:-128}"
+# Checked before setup, so a typo does not surface after the RL run.
+if ! [[ "$RL_MINUTES" =~ ^[0-9]+(\.[0-9]+)?$ ]] || [[ "$RL_MINUTES" =~ ^0+(\.0+)?$ ]]; then
+  echo "error: VLA_RL_MINUTES=$RL_MINUTES: minutes of RL wall time, a number above 0" >&2; exit 2
+fi
+if ! [[ "$EVAL_EPISODES" =~ ^[0-9]+$ ]] || [ "$EVAL_EPISODES" -lt 1 ]; then
+  echo "error: VLA_EVAL_EPISODES=$EVAL_EPISODES: a number of held-out episodes, at least 1" >&2; exit 2
+fi
 case "$WARM" in
   shipped) MODEL=warm_start/tiny-openvla-oft-put-on-plate ;;
-  train)
-    echo "== 1/3 the warm start, trained here -> $OUT/warm_start"
-    bash scripts/make_warm_start.sh "$OUT/warm_start"
-    MODEL="$OUT/warm_start/sft" ;;
-  *) MODEL="$WARM" ;;
+  train) MODEL="$OUT/warm_start/sft" ;;
+  *) MODEL="$WARM"
+     if [ ! -f "$MODEL/config.json" ]; then
+       echo "error: VLA_WARM_START=$WARM: $MODEL is not a checkpoint folder (no config.json); use shipped, train," \
+            "or the folder of a vla-train sft / vla-train checkpoint" >&2
+       exit 2
+     fi ;;
 esac
-if [ ! -f "$MODEL/config.json" ]; then
-  echo "error: VLA_WARM_START=$WARM: $MODEL is not a checkpoint folder (no config.json); use shipped, train," \
-       "or the folder of a vla-train sft / vla-train checkpoint" >&2
-  exit 2
+bash scripts/setup.sh maniskill
+export HF_HUB_OFFLINE=1
+source scripts/main_job_env.sh
+mkdir -p "$OUT"
+
+if [ "$WARM" = train ]; then
+  echo "== 1/3 the warm start, trained here -> $OUT/warm_start"
+  bash scripts/make_warm_start.sh "$OUT/warm_start"
 fi
 echo "== 2/3 ${ALG^^} from the warm start $MODEL -> $OUT/$ALG"
 RESUME=()
 if [ -f "$OUT/$ALG/checkpoints/latest" ]; then RESUME=(runner.resume_dir=auto); fi
 .venv/bin/vla-train --config "cpu_${ALG}_tiny_put_on_plate" --run-dir "$OUT/$ALG" \
   actor.model.model_path="$MODEL" runner.max_epochs=100000 \
-  runner.max_wall_minutes="${VLA_RL_MINUTES:-40}" "${RESUME[@]}" "$@"
+  runner.max_wall_minutes="$RL_MINUTES" "${RESUME[@]}" "$@"
 echo "== 3/3 held-out evaluation of the warm start and the ${ALG^^} policy"
 for which in warm_start "$ALG"; do
   CKPT="$MODEL"; [ "$which" = warm_start ] || CKPT="$OUT/$ALG"
-  .venv/bin/vla-eval --checkpoint "$CKPT" --num-envs 4 --num-episodes "${VLA_EVAL_EPISODES:-128}" \
+  .venv/bin/vla-eval --checkpoint "$CKPT" --num-envs 4 --num-episodes "$EVAL_EPISODES" \
     --seed 7 --env-kwargs "$ENV_KWARGS" --out "$OUT/eval_$which"
 done
 .venv/bin/python - "$OUT" "$ALG" <<'PY'
