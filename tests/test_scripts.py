@@ -20,37 +20,29 @@ def run_script(script: str, *args: str, env: dict[str, str] | None = None, cwd: 
                           capture_output=True, text=True, timeout=60)
 
 
-@pytest.mark.parametrize("setting, message", [
-    ({"VLA_ALGORITHM": "sac"}, "VLA_ALGORITHM=sac: use grpo or ppo"),
-    ({"VLA_RL_MINUTES": "forty"}, "VLA_RL_MINUTES=forty: minutes of RL wall time"),
-    ({"VLA_RL_MINUTES": "0"}, "VLA_RL_MINUTES=0: minutes of RL wall time, a number above 0"),
-    ({"VLA_EVAL_EPISODES": "-5"}, "VLA_EVAL_EPISODES=-5: a number of held-out episodes, at least 1"),
-    ({"VLA_WARM_START": "no/such/folder"}, "no/such/folder is not a checkpoint folder (no config.json)"),
+@pytest.mark.parametrize("script, setting, message", [
+    ("run_train.sh", {"VLA_ALGORITHM": "sac"}, "VLA_ALGORITHM=sac: use grpo or ppo"),
+    ("run_train.sh", {"VLA_RL_MINUTES": "forty"}, "VLA_RL_MINUTES=forty: minutes of RL wall time"),
+    ("run_train.sh", {"VLA_RL_MINUTES": "0"}, "VLA_RL_MINUTES=0: minutes of RL wall time, a number above 0"),
+    ("run_train.sh", {"VLA_EVAL_EPISODES": "-5"}, "VLA_EVAL_EPISODES=-5: a number of held-out episodes, at least 1"),
+    ("run_train.sh", {"VLA_WARM_START": "no/such/folder"}, "no/such/folder is not a checkpoint folder (no config.json)"),
+    ("make_warm_start.sh", {"VLA_STATE_STAGE_STEPS": "lots"},
+     "VLA_STATE_STAGE_STEPS=lots: a number of steps, 0 for no robot-state stage"),
+    ("make_warm_start.sh", {"VLA_SFT_STEPS": "0"}, "VLA_SFT_STEPS=0: a number of steps, at least 1"),
+    ("make_warm_start.sh", {"VLA_SFT_STAGES": "-1"}, "VLA_SFT_STAGES=-1: a number of continuation stages"),
+    ("make_warm_start.sh", {"VLA_FIRST_FRAME_REPEATS": "0"}, "VLA_FIRST_FRAME_REPEATS=0"),
+    ("make_warm_start.sh", {"VLA_SCENE_LOSS_WEIGHT": "heavy"}, "VLA_SCENE_LOSS_WEIGHT=heavy: a weight"),
+    ("make_warm_start.sh", {"VLA_EXPERT_MAX_SPEED": "-1"}, "VLA_EXPERT_MAX_SPEED=-1"),
+    ("make_warm_start.sh", {"VLA_PATCH_POSITIONS": "rope"}, "VLA_PATCH_POSITIONS=rope: use sincos or none"),
+    ("make_warm_start.sh", {"VLA_LAYOUT_TOKEN": "mlp"}, "VLA_LAYOUT_TOKEN=mlp: use linear or none"),
 ])
-def test_run_train_refuses_bad_settings_before_setup(tmp_path, setting, message):
-    run_dir = tmp_path / "run"
-    result = run_script("run_train.sh", env={**setting, "VLA_RUN_DIR": str(run_dir), "VLA_VENV": str(tmp_path / "venv")})
+def test_scripts_refuse_bad_settings_before_setup(tmp_path, script, setting, message):
+    out = tmp_path / "out"   # run_train.sh's run dir, make_warm_start.sh's output dir
+    args = (str(out),) if script == "make_warm_start.sh" else ()
+    result = run_script(script, *args, env={**setting, "VLA_RUN_DIR": str(out), "VLA_VENV": str(tmp_path / "venv")})
     assert result.returncode == 2, result.stderr
     assert message in result.stderr
-    assert "[setup]" not in result.stderr and not run_dir.exists() and not (tmp_path / "venv").exists()
-
-
-@pytest.mark.parametrize("setting, message", [
-    ({"VLA_STATE_STAGE_STEPS": "lots"}, "VLA_STATE_STAGE_STEPS=lots: a number of steps, 0 for no robot-state stage"),
-    ({"VLA_SFT_STEPS": "0"}, "VLA_SFT_STEPS=0: a number of steps, at least 1"),
-    ({"VLA_SFT_STAGES": "-1"}, "VLA_SFT_STAGES=-1: a number of continuation stages"),
-    ({"VLA_FIRST_FRAME_REPEATS": "0"}, "VLA_FIRST_FRAME_REPEATS=0"),
-    ({"VLA_SCENE_LOSS_WEIGHT": "heavy"}, "VLA_SCENE_LOSS_WEIGHT=heavy: a weight"),
-    ({"VLA_EXPERT_MAX_SPEED": "-1"}, "VLA_EXPERT_MAX_SPEED=-1"),
-    ({"VLA_PATCH_POSITIONS": "rope"}, "VLA_PATCH_POSITIONS=rope: use sincos or none"),
-    ({"VLA_LAYOUT_TOKEN": "mlp"}, "VLA_LAYOUT_TOKEN=mlp: use linear or none"),
-])
-def test_make_warm_start_refuses_bad_settings_before_setup(tmp_path, setting, message):
-    out = tmp_path / "warm"
-    result = run_script("make_warm_start.sh", str(out), env={**setting, "VLA_VENV": str(tmp_path / "venv")})
-    assert result.returncode == 2, result.stderr
-    assert message in result.stderr
-    assert "[setup]" not in result.stderr and not out.exists()
+    assert "[setup]" not in result.stderr and not out.exists() and not (tmp_path / "venv").exists()
 
 
 @pytest.mark.parametrize("args", [("DIR", "--publsh"), ("DIR", "--publish", "extra"), ("--publish",)])
