@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The supervised warm start for the main job, made from scratch on this CPU (70-85 min on 2 cores):
+# The supervised warm start for the main job, made from scratch on this CPU (about 2 h on 2 cores):
 #   1. VLA_DEMO_EPISODES (900) scripted-expert episodes on PutOnPlateInScene25Main-v3 (procedural
 #      assets, low-poly Panda, the camera cropped to the workspace, 64 px), with the expert's
 #      privileged poses; the expert moves at most VLA_EXPERT_MAX_SPEED (1.0) of the controller's

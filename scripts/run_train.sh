@@ -3,7 +3,7 @@
 #   1. set up (scripts/setup.sh maniskill)
 #   2. the warm start: by default the shipped one, warm_start/tiny-openvla-oft-put-on-plate (the tiny
 #      OpenVLA-OFT preset trained by scripts/make_warm_start.sh on scripted-expert demos; its
-#      made_by.json says how). VLA_WARM_START=train makes it here instead (about 95-110 min more);
+#      made_by.json says how). VLA_WARM_START=train makes it here instead (about 2 h more);
 #      VLA_WARM_START=<checkpoint folder> uses that one.
 #   3. RL from the warm start on PutOnPlateInScene25Main-v3 (procedural assets, low-poly Panda, camera
 #      cropped to the workspace, 64 px): VLA_ALGORITHM grpo (vla-train --config cpu_grpo_tiny_put_on_plate,
