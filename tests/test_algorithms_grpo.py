@@ -16,6 +16,7 @@ from vla_trainer.algorithms import (
     ppo_policy_loss,
     success_rate_filter,
     trajectory_scores,
+    uniform_groups,
 )
 
 # T=4 steps, N=3 envs: env 0 done at t=1, env 1 done at t=2 (and again at t=3), env 2 never
@@ -154,3 +155,23 @@ def test_first_done_mask_matches_a_loop(done_rows):
             if dones[t, n]:
                 break
     assert torch.equal(first_done_mask(dones), expected)
+
+
+def test_success_rate_filter_default_drops_groups_that_all_scored_alike():
+    """The paper's rule (5.3.2): without bounds, all-success and all-fail groups are dropped."""
+    scores = torch.tensor([1.0, 1.0, 0.0, 0.0, 1.0, 0.0, 5.0, 5.0])
+    assert torch.equal(success_rate_filter(scores, 2), torch.tensor([False, False, True, False]))
+    # equal up to float32 summation order (0.1 + 0.1 + 1.0 vs 1.0 + 0.1 + 0.1) is equal
+    a = torch.tensor([0.1, 0.1, 1.0]).sum()
+    b = torch.tensor([1.0, 0.1, 0.1]).sum()
+    assert torch.equal(success_rate_filter(torch.stack([a, b]), 2), torch.tensor([False]))
+    assert torch.equal(uniform_groups(torch.stack([a, b, a, a + 0.01]), 2), torch.tensor([True, False]))
+    with pytest.raises(ValueError, match="both bounds or neither"):
+        success_rate_filter(scores, 2, 0.5, None)
+
+
+def test_equal_scores_give_exactly_zero_whatever_their_value():
+    for value in (0.7, 1.2, 0.3, 123.456):
+        scores = torch.full((8,), value)
+        assert torch.equal(group_advantages(scores, 8), torch.zeros(8))
+        assert torch.equal(group_advantages(scores.double(), 4, unbiased=False), torch.zeros(8, dtype=torch.float64))

@@ -32,7 +32,7 @@ class EnvModel:
     def chunk(self, triggers, auto_reset, ignore_term, chunk_reset, skip):
         c = len(triggers)
         rew, term, trunc, valid = np.zeros(c, np.float32), np.zeros(c, bool), np.zeros(c, bool), np.zeros(c, bool)
-        in_chunk, finished, episode = self.live, False, None
+        in_chunk, finished, ended = self.live, False, []  # every episode ending in the chunk, in order
         for j, trig in enumerate(triggers):
             valid[j] = in_chunk
             active = in_chunk if skip else True
@@ -45,13 +45,13 @@ class EnvModel:
             self.last_success = trig
             rew[j], term[j], trunc[j] = r, trig and not ignore_term, self.t >= self.max_steps
             if term[j] or trunc[j]:
-                episode = (self.success_once, self.last_success, self.ret, self.t)
+                ended.append(((self.success_once, self.last_success, self.ret, self.t), j))
                 self.live, in_chunk, finished = False, False, True
                 if auto_reset and chunk_reset == "immediate":
                     self.restart()
         if auto_reset and chunk_reset == "end_of_chunk" and finished:
             self.restart()
-        return rew, term, trunc, valid, episode
+        return rew, term, trunc, valid, ended
 
 
 modes = st.fixed_dictionaries({
@@ -77,7 +77,7 @@ def test_chunk_step_matches_per_env_model(n, c, max_steps, mode, data):
         a[..., 6] = triggers
         out = env.chunk_step(a)
         for i, m in enumerate(models):
-            rew, term, trunc, valid, episode = m.chunk(
+            rew, term, trunc, valid, ended = m.chunk(
                 triggers[i].tolist(), mode["auto_reset"], mode["ignore_terminations"],
                 mode["chunk_reset"], mode["skip_finished_actions"])
             np.testing.assert_allclose(out.rewards[i], rew, rtol=1e-6)
@@ -87,15 +87,26 @@ def test_chunk_step_matches_per_env_model(n, c, max_steps, mode, data):
             assert int(out.obs["state"][i, 0]) == m.t
             # valid is a prefix: once an env finished in a chunk, the rest is invalid
             assert not np.any(np.diff(out.valid[i].astype(int)) > 0)
-            if episode is None:
-                assert not out.info.get("_episode", np.zeros(n, bool))[i]
+            later = [r for r in out.info.get("later_episodes", []) if r["env"] == i]
+            if not ended:
+                assert not out.info.get("_episode", np.zeros(n, bool))[i] and not later
             else:
+                # the first episode of the chunk in info["episode"] / final_obs, each later one in
+                # info["later_episodes"]: none is lost or overwritten
                 ep = out.info["episode"]
                 assert out.info["_episode"][i]
-                got = (bool(ep["success_once"][i]), bool(ep["success_at_end"][i]),
-                       float(ep["return"][i]), int(ep["length"][i]))
-                assert got[:2] == episode[:2] and got[3] == episode[3]
-                assert abs(got[2] - episode[2]) < 1e-5
+                reported = [({k: v[i] for k, v in ep.items()},
+                             out.info["final_obs"]["state"][i] if mode["auto_reset"] else None)]
+                reported += [(r["episode"], r["final_obs"]["state"]) for r in later]
+                assert [r["sub_step"] for r in later] == [j for _, j in ended[1:]]
+                assert len(reported) == len(ended)
+                for (metrics, final_state), (episode, _) in zip(reported, ended):
+                    got = (bool(metrics["success_once"]), bool(metrics["success_at_end"]),
+                           float(metrics["return"]), int(metrics["length"]))
+                    assert got[:2] == episode[:2] and got[3] == episode[3]
+                    assert abs(got[2] - episode[2]) < 1e-5
+                    if final_state is not None:
+                        assert int(final_state[0]) == episode[3]  # the final obs is that episode's own
                 if mode["auto_reset"]:
                     assert out.info["_final_obs"][i]
         if mode["ignore_terminations"]:

@@ -556,3 +556,9 @@ def test_expert_starts_are_for_training_only():
 
     with pytest.raises(ValueError, match="expert_start_phases .* never for evaluation"):
         make_env(cfg.env.train, 64, evaluation=True)  # vla-eval --env-kwargs goes this way
+
+
+def test_success_rate_filter_takes_both_bounds_or_neither():
+    assert load_config("cpu_grpo_tiny_put_on_plate", ["algorithm.success_rate_filter=true"]).algorithm.filter_low is None
+    msg = config_error("cpu_grpo_tiny_put_on_plate", ["algorithm.success_rate_filter=true", "algorithm.filter_low=0.5"])
+    assert "algorithm.filter_low" in msg and "both" in msg

@@ -38,3 +38,15 @@ def test_ppo_learns_to_move_where_the_reward_is(bandit_task, tmp_path):
     # of 40 samples bring it to about 0.3 (seeded: the numbers are the same on every CPU run)
     first, last = np.mean(returns[:3]), np.mean(returns[-3:])
     assert last > first + 0.15, returns
+
+
+def test_local_runtime_warns_that_it_cannot_pipeline(bandit_task):
+    from vla_trainer.runtime.local import LocalRuntime
+
+    cfg = load_config("cpu_ppo_tiny_put_on_plate", [
+        f"env.train.task={bandit_task}", f"env.eval.task={bandit_task}", "env.train.env_kwargs={}",
+        "env.eval.env_kwargs={}", "env.train.total_num_envs=2", "rollout.pipeline_stage_num=2",
+        "cluster.runtime=local", "actor.global_batch_size=4", "actor.micro_batch_size=2"])
+    with pytest.warns(UserWarning, match=r"rollout.pipeline_stage_num=2 has no effect with cluster.runtime=local"):
+        runtime = LocalRuntime(cfg)
+    runtime.env.close()

@@ -111,7 +111,9 @@ def test_grpo_targets_mask_after_the_first_done_and_weight_by_length():
     targets = compute_targets(rollout, cfg.algorithm, group_size=2)
     # env 1 finished in chunk 0: its chunk 1 is masked; env 0 keeps both chunks
     assert targets.mask.tolist() == [[True, True], [True, False]]
-    assert torch.allclose(targets.weights.sum(0), torch.ones(2))
+    # weights per log-prob entry (token level here), summing to 1 over each trajectory
+    assert targets.weights.shape == rollout.log_probs.shape
+    assert torch.allclose(targets.weights.transpose(0, 1).reshape(2, -1).sum(1), torch.ones(2))
     # two trajectories in one group: advantages +-1/sqrt(2) * sign(score difference), broadcast to steps
     assert torch.isclose(targets.advantages[0, 0], -targets.advantages[0, 1])
     assert abs(float(targets.advantages[0, 0])) > 0.5 and targets.advantages[1, 1] == 0

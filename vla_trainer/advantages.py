@@ -6,8 +6,11 @@
                 bootstrapping with V(final observation) on truncation only; mask = transitions
                 of a running episode; advantages optionally normalised over that mask.
     GRPO        trajectory score = sum of rewards until each env's first done; group-relative
-                advantage broadcast to every step up to that done (the valid-action mask);
-                optional success-rate filter over groups and 1/T_i length-normalisation weights.
+                advantage broadcast to every step up to that done (the valid-action mask),
+                exactly 0 for a group whose trajectories all scored the same; optional
+                success-rate filter over groups and 1/T_i length-normalisation weights, taken
+                over the valid log-prob entries so that every trajectory weighs 1 (paper Eq. 12)
+                whatever the log-probs' granularity.
 
 Shapes: ``[T, N]`` for chunk-level rewards, ``[T, N, C]`` for action-level (the "reward
 granularity" ``R``); ``values`` are the critic's ``[T, N, V]``.
@@ -21,15 +24,18 @@ import torch
 
 from .algorithms import (
     align_values,
+    broadcast_advantages,
     compute_action_level_gae,
     compute_gae,
     first_done_mask,
     group_advantages,
     length_normalization_weights,
+    logprob_valid_mask,
     reduce_flags,
     reduce_rewards,
     success_rate_filter,
     trajectory_scores,
+    uniform_groups,
 )
 from .config.schema import AlgorithmConfig
 from .rollout import Rollout
@@ -45,7 +51,8 @@ class Targets:
     mask: torch.Tensor
     """bool: samples that count in the loss."""
     weights: torch.Tensor | None
-    """per-sample loss weights (GRPO length normalisation), or None."""
+    """GRPO length normalisation: loss weights per log-prob entry (``[T, N]``, ``[T, N, C]`` or
+    ``[T, N, C, A]`` by ``logprob_type``), summing to 1 over each trajectory; or None."""
     stats: dict
 
 
@@ -78,14 +85,24 @@ def compute_targets(rollout: Rollout, alg: AlgorithmConfig, group_size: int = 1)
     scores = trajectory_scores(torch.where(mask, r, torch.zeros_like(r)), done & mask)
     adv_traj = group_advantages(scores, group_size)
     stats["grpo/score_mean"] = float(scores.mean())
+    # groups that move the policy: not all alike (their advantages are exactly 0, so the update
+    # skips them) and, with the filter, kept by it (dropped from the mask)
+    keep = ~uniform_groups(scores, group_size)
+    stats["grpo/groups_uniform"] = float((~keep).float().mean())
     if alg.success_rate_filter:
-        keep = success_rate_filter(scores, group_size, alg.filter_low, alg.filter_high)
-        keep_env = keep.repeat_interleave(group_size)
+        kept = success_rate_filter(scores, group_size, alg.filter_low, alg.filter_high)
+        keep_env = kept.repeat_interleave(group_size)
         mask = mask & keep_env.view(1, -1, *([1] * (mask.dim() - 2)))
-        stats["grpo/groups_kept"] = float(keep.float().mean())
+        keep &= kept
+    stats["grpo/groups_kept"] = float(keep.float().mean())
     shape = (1, -1) + (1,) * (mask.dim() - 2)
     adv = torch.where(mask, adv_traj.view(shape).expand_as(mask).to(torch.float32), torch.zeros(mask.shape))
-    weights = length_normalization_weights(mask) if alg.length_normalization else None
+    weights = None
+    if alg.length_normalization:
+        # 1/T_i over the entries the ratio is taken of: a chunk cut short by its episode's end
+        # has fewer valid log-probs and must weigh less than a full one
+        lp_valid = logprob_valid_mask(rollout.valid, alg.logprob_type, rollout.log_probs.shape[-1])
+        weights = length_normalization_weights(broadcast_advantages(mask, lp_valid) & lp_valid)
     return Targets(adv, None, None, mask, weights, stats)
 
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+from gymnasium.vector import AutoresetMode
 
 from .models import VLAPolicy
 
@@ -72,6 +73,52 @@ def obs_rows(obs: dict, rows: np.ndarray) -> dict:
     return sub
 
 
+def autoreset_mode(env) -> AutoresetMode:
+    """The env's declared autoreset mode; the trainer reads final observations by it.
+
+    Raises:
+        ValueError: the env declares no ``metadata["autoreset_mode"]``, or NEXT_STEP (whose
+            step after a done is a reset step, which the rollout does not skip).
+    """
+    mode = getattr(env, "metadata", {}).get("autoreset_mode")
+    if mode not in (AutoresetMode.SAME_STEP, AutoresetMode.DISABLED):
+        raise ValueError(f"the trainer needs a vector env whose metadata['autoreset_mode'] is SAME_STEP "
+                         f"(final observations in info['final_obs']) or DISABLED, got {mode!r}")
+    return mode
+
+
+def truncated_finals(out, mode: AutoresetMode) -> tuple[np.ndarray, dict | None]:
+    """Envs whose chunk's own episode hit the time limit (a valid, truncated and not terminated
+    sub-step) and that episode's final observation, the one to bootstrap from.
+
+    Episodes an env finished later in the same chunk (``info["later_episodes"]``) ran only on
+    invalid sub-steps, which GAE skips, so they need no bootstrap value.
+
+    Shapes:
+        out.truncated, out.terminated, out.valid: ``[N, C]``. Returns ``[m]`` env indices and
+        the observation of those ``m`` envs (None when ``m == 0``).
+    """
+    cut = np.flatnonzero((out.truncated & ~out.terminated & out.valid).any(axis=1))
+    if not cut.size:
+        return cut, None
+    source = out.info["final_obs"] if mode == AutoresetMode.SAME_STEP else out.obs
+    return cut, obs_rows(source, cut)
+
+
+def finished_episodes(info: dict) -> dict[str, list[float]]:
+    """Metrics of every episode that finished in one chunk step: each env's first
+    (``info["episode"]``) and any later ones (``info["later_episodes"]``)."""
+    metrics: dict[str, list[float]] = defaultdict(list)
+    if "episode" in info:
+        done = info["_episode"]
+        for key, arr in info["episode"].items():
+            metrics[key].extend(np.asarray(arr)[done].astype(float).tolist())
+    for record in info.get("later_episodes", ()):
+        for key, value in record["episode"].items():
+            metrics[key].append(float(value))
+    return dict(metrics)
+
+
 def first_value(values: torch.Tensor | None) -> torch.Tensor | None:
     """The critic's estimate of the state at the start of a chunk: ``[N, V]`` -> ``[N]``."""
     return None if values is None else values[:, 0].float()
@@ -93,6 +140,7 @@ def collect_rollout(env, policy: VLAPolicy, obs: dict, num_chunks: int, *, tempe
     episodes: dict[str, list[float]] = defaultdict(list)
     timing = {"generation": 0.0, "simulation": 0.0}
     n = env.num_envs
+    mode = autoreset_mode(env)
     for _ in range(num_chunks):
         t0 = time.perf_counter()
         sample = policy.act(obs, temperature=temperature, top_k=top_k, generator=generator)
@@ -115,19 +163,15 @@ def collect_rollout(env, policy: VLAPolicy, obs: dict, num_chunks: int, *, tempe
 
         # bootstrap values of time-limit truncations: V(observation where the episode was cut)
         fv = torch.zeros(n)
-        cut = np.flatnonzero(out.truncated.any(axis=1))
+        cut, finals = truncated_finals(out, mode)
         if cut.size and sample.values is not None:
-            final = out.info["final_obs"] if "final_obs" in out.info else out.obs
-            sub = obs_rows(final, cut)
             t3 = time.perf_counter()
-            fv[cut] = values_of(policy, sub, temperature, top_k).cpu()
+            fv[cut] = values_of(policy, finals, temperature, top_k).cpu()
             timing["generation"] += time.perf_counter() - t3
         final_values.append(fv)
 
-        if "episode" in out.info:
-            done = out.info["_episode"]
-            for key, arr in out.info["episode"].items():
-                episodes[key].extend(np.asarray(arr)[done].astype(float).tolist())
+        for key, vals in finished_episodes(out.info).items():
+            episodes[key].extend(vals)
         obs = out.obs
 
     t0 = time.perf_counter()

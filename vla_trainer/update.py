@@ -35,6 +35,7 @@ from .algorithms import (
     broadcast_advantages,
     entropy_bonus,
     kl_penalty,
+    logprob_valid_mask,
     ppo_policy_loss,
     reduce_log_probs,
     value_loss,
@@ -49,24 +50,15 @@ class NonFiniteLossError(FloatingPointError):
     """A loss or gradient became NaN/inf; the optimizer step was not taken."""
 
 
-def _sub_step_mask(valid: torch.Tensor, logprob_type: str, num_tokens: int) -> torch.Tensor:
-    """Which log-prob entries belong to executed actions: ``[b, C]`` valid -> logprob granularity."""
-    if logprob_type == "chunk_level":
-        return valid.any(dim=-1)
-    if logprob_type == "action_level":
-        return valid
-    return valid[..., None].expand(*valid.shape, num_tokens)
-
-
 def _batch_fields(rollout: Rollout, targets: Targets, idx: torch.Tensor, logprob_type: str):
     """Flattened per-sample tensors of samples ``idx`` (indices into ``T * N``)."""
     N = rollout.num_envs
     t, n = idx // N, idx % N
     valid = rollout.valid[t, n]  # [b, C]
     A = rollout.log_probs.shape[-1]
-    lp_valid = _sub_step_mask(valid, logprob_type, A)
+    lp_valid = logprob_valid_mask(valid, logprob_type, A)
     mask = broadcast_advantages(targets.mask[t, n], lp_valid) & lp_valid
-    weights = None if targets.weights is None else broadcast_advantages(targets.weights[t, n], lp_valid)
+    weights = None if targets.weights is None else targets.weights[t, n]  # already per log-prob entry
     token_mask = broadcast_advantages(targets.mask[t, n], rollout.log_probs[t, n]) & valid[..., None]
     return t, n, valid, mask, weights, token_mask
 

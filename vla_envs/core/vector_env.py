@@ -63,7 +63,8 @@ class ChunkVectorEnv(VectorEnv, gym.Env):
             episode has finished. Default: True where the backend can leave envs untouched.
             With False, ``"end_of_chunk"`` executes them in the finished episode (ignored)
             and ``"immediate"`` executes them in the new episode (counted in its metrics,
-            reported with ``valid`` False).
+            reported with ``valid`` False; should it end too, it is reported in
+            ``info["later_episodes"]``, see ``chunk_step``).
         use_fixed_reset_state_ids: envs are grouped by ``group_size`` (envs ``[g*G, (g+1)*G)``)
             and every member of a group starts its k-th episode from the same initial-state
             id, drawn from the seeded generator (GRPO groups).
@@ -348,6 +349,16 @@ class ChunkVectorEnv(VectorEnv, gym.Env):
             valid[N, C], info)``. Invalid sub-steps report reward 0 and False flags, except
             under ``chunk_reset="immediate"`` without skipping, where they report the new
             episode's values. ``info["success"]`` and each progress flag are bool ``[N, C]``.
+
+            Finished episodes: ``info["episode"]`` (mask ``info["_episode"]``),
+            ``info["episode_state_id"]`` and, with auto-reset, ``info["final_obs"]`` /
+            ``info["final_info"]`` describe the *first* episode each env finished in the chunk:
+            the one the chunk was planned for, whose last sub-step is valid (the one a trainer
+            bootstraps). Under ``chunk_reset="immediate"`` without skipping, an env can finish
+            more episodes on the chunk's leftover (invalid) sub-steps; each of those is one
+            record of the list ``info["later_episodes"]`` (present only then):
+            ``{"env": i, "sub_step": j, "episode": {metric: value}, "episode_state_id": id,
+            "final_obs": {key: array, "instruction": str}}``. Nothing is overwritten.
         """
         return self._run_chunk(self._check_actions(actions, chunked=True))
 
@@ -372,6 +383,7 @@ class ChunkVectorEnv(VectorEnv, gym.Env):
         final_obs["instruction"] = [""] * n
         final_success = np.zeros(n, bool)
         reason = np.full(n, "", dtype=object)
+        later: list[dict[str, Any]] = []  # episodes an env finished after its first one in this chunk
 
         for j in range(c):
             valid[:, j] = in_chunk_episode
@@ -401,7 +413,11 @@ class ChunkVectorEnv(VectorEnv, gym.Env):
                 reason[lost] = "worker_crashed"
             done = np.flatnonzero(terminated[:, j] | truncated[:, j])
             if done.size:
-                self._finish(done, episode, final_obs, final_success, finished)
+                again = done[finished[done]]  # ended a second (third, ...) episode in this chunk
+                if again.size:
+                    later.extend(self._later_episodes(again, j))
+                self._finish(done[~finished[done]], episode, final_obs, final_success, finished)
+                self._live[done] = False
                 in_chunk_episode[done] = False
                 if self.auto_reset and self.chunk_reset == "immediate":
                     self._reset_envs(done, np.full(done.size, -1, np.int64))
@@ -428,6 +444,8 @@ class ChunkVectorEnv(VectorEnv, gym.Env):
                 info["final_info"] = {"success": final_success, "_success": finished.copy(),
                                       "episode": episode, "_episode": finished.copy()}
                 info["_final_info"] = finished.copy()
+        if later:
+            info["later_episodes"] = later
         return ChunkStepResult(self._current_obs(), rewards, terminated, truncated, valid, info)
 
     def _finish(self, done: np.ndarray, episode: dict[str, np.ndarray], final_obs: dict[str, Any],
@@ -446,7 +464,21 @@ class ChunkVectorEnv(VectorEnv, gym.Env):
         for i in done:
             final_obs["instruction"][i] = self._instructions[i]
         finished[done] = True
-        self._live[done] = False
+
+    def _later_episodes(self, done: np.ndarray, sub_step: int) -> list[dict[str, Any]]:
+        """One record per env in ``done`` whose episode ends at ``sub_step`` although the env
+        already finished an episode earlier in this chunk (``chunk_reset="immediate"`` without
+        skipping: the new episode ran on the chunk's leftover, invalid sub-steps)."""
+        records = []
+        for i in done:
+            metrics = {"success_once": bool(self._success_once[i]), "success_at_end": bool(self._last_success[i]),
+                       "return": float(self._return[i]), "length": int(self._elapsed[i])}
+            metrics |= {f"{name}_once": bool(once[i]) for name, once in self._progress_once.items()}
+            final = {key: self._obs[key][i].copy() for key in self._array_keys}
+            final["instruction"] = self._instructions[i]
+            records.append({"env": int(i), "sub_step": int(sub_step), "episode": metrics,
+                            "episode_state_id": int(self._state_id[i]), "final_obs": final})
+        return records
 
     def _check_actions(self, actions: Any, chunked: bool) -> np.ndarray:
         if hasattr(actions, "detach"):  # torch.Tensor, without importing torch here

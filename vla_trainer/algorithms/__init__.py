@@ -36,6 +36,7 @@ from .granularity import (
     VALUE_TYPES,
     align_values,
     broadcast_advantages,
+    logprob_valid_mask,
     reduce_flags,
     reduce_log_probs,
     reduce_rewards,
@@ -47,6 +48,7 @@ from .grpo import (
     length_normalization_weights,
     success_rate_filter,
     trajectory_scores,
+    uniform_groups,
 )
 from .losses import (
     Penalty,
@@ -84,6 +86,7 @@ __all__ = [
     "k3_kl",
     "kl_penalty",
     "length_normalization_weights",
+    "logprob_valid_mask",
     "masked_mean",
     "ppo_policy_loss",
     "reduce_flags",
@@ -91,6 +94,7 @@ __all__ = [
     "reduce_rewards",
     "success_rate_filter",
     "trajectory_scores",
+    "uniform_groups",
     "validate_granularity",
     "value_loss",
 ]

@@ -242,6 +242,29 @@ def align_values(values: torch.Tensor, reward_type: str, chunk_size: int) -> tor
     return values
 
 
+def logprob_valid_mask(valid: torch.Tensor, logprob_type: str, num_tokens: int) -> torch.Tensor:
+    """Which log-prob entries belong to executed actions of the chunk's episode.
+
+    A chunk-level log-prob counts when any sub-step of its chunk is valid; an action-level one
+    when its sub-step is; a token-level one when its action's sub-step is.
+
+    Args:
+        valid: bool, ``chunk_step``'s ``valid``.
+        logprob_type: ``"chunk_level"``, ``"action_level"`` or ``"token_level"``.
+        num_tokens: tokens per action ``A``.
+
+    Shapes:
+        valid: ``[..., C]``. Returns ``[...]``, ``[..., C]`` or ``[..., C, A]``.
+    """
+    _check_choice("logprob_type", logprob_type, LOGPROB_TYPES)
+    valid = valid.bool()
+    if logprob_type == "chunk_level":
+        return valid.any(dim=-1)
+    if logprob_type == "action_level":
+        return valid
+    return valid[..., None].expand(*valid.shape, num_tokens)
+
+
 def broadcast_advantages(advantages: torch.Tensor, log_probs: torch.Tensor) -> torch.Tensor:
     """Expand coarser advantages to the log-probs' shape (paper 4.1.3 "broadcasting").
 

@@ -11,13 +11,16 @@ Trainer recipe (T chunks, N envs, chunk-level here; action-level works on ``[T, 
     mask = first_done_mask(dones)                               # valid-action mask  [T, N]
     scores = trajectory_scores(rewards, dones)                  # [N]
     adv = group_advantages(scores, group_size)                  # [N]
-    keep = success_rate_filter(scores, group_size, low, high)   # [N // G]
+    keep = success_rate_filter(scores, group_size)              # [N // G]
     mask &= keep.repeat_interleave(group_size)                  # drop filtered groups
     weights = length_normalization_weights(mask)                # 1 / T_i on valid steps
     step_adv = adv.expand(T, N)                                 # same A for every step
 
 (action level: ``adv[:, None].expand(T, N, C)``); then
-``ppo_policy_loss(..., mask=mask, weights=weights)`` is paper Eq. (12).
+``ppo_policy_loss(..., mask=mask, weights=weights)`` is paper Eq. (12). When the log-probs
+are finer than the rewards (action- or token-level ratios under chunk-level rewards), compute
+the weights on the mask broadcast to the log-probs' granularity, so that every trajectory's
+weights sum to 1 there and a chunk cut short by the episode's end weighs less.
 """
 
 from __future__ import annotations
@@ -114,8 +117,13 @@ def group_advantages(
     """Group-relative advantages ``(R_i - mean_g) / (std_g + eps)`` (paper Eq. 10).
 
     Env ``i`` is in group ``i // group_size``. A group whose scores are all equal gets
-    advantage 0. ``std`` is the sample standard deviation (``unbiased=True``, divides by
-    ``G - 1``, as ``torch.std``) or the population one (divides by ``G``).
+    advantage exactly 0 (``uniform_groups``, equal up to rounding): computed naively, rounding
+    in the mean survives the ``eps`` (eight scores of 0.7 would get +0.056 in float32). The
+    arithmetic is float64.
+    ``std`` is the sample standard deviation (``unbiased=True``, the default, divides by
+    ``G - 1``, as ``torch.std`` and the reference implementation) or the population one
+    (divides by ``G``); with ``G = 2`` and scores 0 / 1 the sample one gives -/+0.707 and the
+    population one -/+1.
 
     Args:
         scores: one score per trajectory (``trajectory_scores``).
@@ -138,12 +146,32 @@ def group_advantages(
     _check_groups(scores.shape[0], group_size)
     if unbiased and group_size < 2:
         raise ValueError("group_size=1 has no sample standard deviation; use group_size >= 2")
-    grouped = scores.reshape(-1, group_size)
-    if not grouped.is_floating_point():
-        grouped = grouped.float()
+    dtype = scores.dtype if scores.is_floating_point() else torch.float32
+    grouped = scores.reshape(-1, group_size).double()
     mean = grouped.mean(dim=1, keepdim=True)
     std = grouped.std(dim=1, keepdim=True, unbiased=unbiased)
-    return ((grouped - mean) / (std + eps)).reshape(-1)
+    adv = (grouped - mean) / (std + eps)
+    adv = torch.where(uniform_groups(scores, group_size)[:, None], torch.zeros_like(adv), adv)
+    return adv.reshape(-1).to(dtype)
+
+
+UNIFORM_RTOL = 1e-5
+"""Scores closer than this (relative to ``max(1, |score|)``) count as equal: float32 sums of the
+same rewards in another order differ by rounding (0.1 + 0.1 + 1.0 != 1.0 + 0.1 + 0.1), and
+``(R - mean) / (std + eps)`` would blow such a difference up to a full-size advantage."""
+
+
+def uniform_groups(scores: torch.Tensor, group_size: int) -> torch.Tensor:
+    """Groups whose trajectories all scored the same (up to ``UNIFORM_RTOL``): no learning signal.
+
+    Shapes:
+        scores: ``[N]``. Returns bool ``[N // group_size]``.
+    """
+    _check_groups(scores.shape[0], group_size)
+    grouped = scores.reshape(-1, group_size).double()
+    spread = grouped.max(dim=1).values - grouped.min(dim=1).values
+    scale = grouped.abs().max(dim=1).values.clamp_min(1.0)
+    return spread <= UNIFORM_RTOL * scale
 
 
 def length_normalization_weights(mask: torch.Tensor) -> torch.Tensor:
@@ -173,26 +201,28 @@ def length_normalization_weights(mask: torch.Tensor) -> torch.Tensor:
 
 
 def success_rate_filter(
-    scores: torch.Tensor, group_size: int, low: float, high: float
+    scores: torch.Tensor, group_size: int, low: float | None = None, high: float | None = None
 ) -> torch.Tensor:
-    """Keep-mask over groups whose mean score lies in ``[low, high]`` (bounds included).
+    """Keep-mask over groups worth training on (paper 4.2.2, after DAPO's dynamic sampling).
 
-    With success reward ``r``, bounds strictly inside ``(0, r)`` drop the groups where every
-    trajectory failed or every one succeeded: their advantages are all 0 (DAPO's dynamic
-    sampling; LIBERO recipe: reward 5, bounds 0.5 / 4.5). Expand to envs with
+    Without bounds (the default): drop the groups whose trajectories all scored the same, the
+    paper's rule ("discards groups in which all trajectories have identical cumulative
+    rewards"): under 0/1 rewards, the all-success and all-fail groups. Their advantages are all
+    0. With bounds: keep the groups whose mean score lies in ``[low, high]`` (bounds included;
+    the reference's form, e.g. LIBERO recipe: reward 5, bounds 0.5 / 4.5). Expand to envs with
     ``keep.repeat_interleave(group_size)``.
 
     Args:
         scores: one score per trajectory.
         group_size: trajectories per group; must divide ``N``.
-        low: smallest mean score kept.
-        high: largest mean score kept.
+        low: smallest mean score kept, or None (with ``high`` None) for the paper's rule.
+        high: largest mean score kept, or None.
 
     Returns:
         Bool, True for groups to train on.
 
     Raises:
-        ValueError: ``low > high`` or ``group_size`` does not divide ``N``.
+        ValueError: only one bound given, ``low > high``, or ``group_size`` does not divide ``N``.
 
     Shapes:
         scores: ``[N]``. Returns ``[N // group_size]``.
@@ -200,6 +230,10 @@ def success_rate_filter(
     if scores.dim() != 1:
         raise ValueError(f"scores must be [N], got shape {list(scores.shape)}")
     _check_groups(scores.shape[0], group_size)
+    if low is None and high is None:
+        return ~uniform_groups(scores, group_size)
+    if low is None or high is None:
+        raise ValueError(f"success-rate filter: give both bounds or neither, got low={low} high={high}")
     if low > high:
         raise ValueError(f"success-rate filter bounds low={low} > high={high}")
     mean = scores.double().reshape(-1, group_size).mean(dim=1)

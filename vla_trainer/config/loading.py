@@ -209,7 +209,10 @@ def validate(cfg: TrainConfig) -> None:
         _check(getattr(alg, key) >= 0, f"algorithm.{key}", f"must be >= 0, got {getattr(alg, key)}")
     _check(alg.rollout_epoch >= 1, "algorithm.rollout_epoch", f"must be >= 1, got {alg.rollout_epoch}")
     _check(alg.update_epoch >= 1, "algorithm.update_epoch", f"must be >= 1, got {alg.update_epoch}")
-    _check(alg.filter_low <= alg.filter_high, "algorithm.filter_low",
+    _check((alg.filter_low is None) == (alg.filter_high is None), "algorithm.filter_low",
+           f"set both algorithm.filter_low and filter_high, or neither (null: drop the groups whose "
+           f"trajectories all scored the same); got {alg.filter_low} and {alg.filter_high}")
+    _check(alg.filter_low is None or alg.filter_low <= alg.filter_high, "algorithm.filter_low",
            f"must be <= algorithm.filter_high ({alg.filter_low} > {alg.filter_high})")
     _check(alg.bc_coef >= 0, "algorithm.bc_coef", f"must be >= 0 (0: off), got {alg.bc_coef}")
     _check(alg.bc_batch_size >= 0, "algorithm.bc_batch_size",

@@ -104,8 +104,12 @@ class AlgorithmConfig:
     length_normalization: bool = False
     """GRPO: weight each trajectory's steps by 1 / its length so trajectories count equally."""
     success_rate_filter: bool = False
-    filter_low: float = 0.0
-    filter_high: float = 1.0
+    """GRPO: train only on groups whose trajectories did not all score alike (paper 4.2.2)."""
+    filter_low: Optional[float] = None
+    """Smallest group-mean score kept (with filter_high); null: drop exactly the groups whose
+    trajectories all scored the same (all succeeded or all failed under 0/1 rewards)."""
+    filter_high: Optional[float] = None
+    """Largest group-mean score kept (with filter_low); null: see filter_low."""
     bc_coef: float = 0.0
     """Weight of a behaviour-cloning term on demonstrations added to every optimizer step (the
     demo-augmented policy gradient of DAPG); 0: off. Not in the reference."""

@@ -47,6 +47,10 @@ class LocalRuntime:
         if cfg.env.enable_offload or cfg.rollout.enable_offload or cfg.actor.enable_offload:
             warnings.warn("enable_offload has no effect with cluster.runtime=local: env, rollout and actor share "
                           "one process and nothing is idle long enough to offload", stacklevel=3)
+        if cfg.rollout.pipeline_stage_num > 1:
+            warnings.warn(f"rollout.pipeline_stage_num={cfg.rollout.pipeline_stage_num} has no effect with "
+                          "cluster.runtime=local: one process cannot overlap generation and simulation; "
+                          "the pipelined rollout needs cluster.runtime=ray", stacklevel=3)
         self.policy = build_policy(cfg, resume_from / "model" if resume_from else None)
         self.chunk_size = self.policy.chunk_size
         self.image_size = self.policy.config.image_size

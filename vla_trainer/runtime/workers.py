@@ -30,7 +30,7 @@ import torch
 from vla_trainer.build import build_policy, iteration_seed, load_bc_demos, make_env, make_optimizer
 from vla_trainer.config.schema import TrainConfig
 from vla_trainer.models import EnvGenerators
-from vla_trainer.rollout import obs_rows, values_of
+from vla_trainer.rollout import autoreset_mode, finished_episodes, truncated_finals, values_of
 
 from .placement import WorkerSpec
 
@@ -103,16 +103,11 @@ class EnvWorker:
     def step(self, stage: int, act: dict) -> tuple[dict, dict]:
         """Executes one action chunk in stage ``stage``: (ObsOut, StepRecord)."""
         t0 = time.perf_counter()
-        out = self.stages[stage].chunk_step(act["actions"])
-        cut = np.flatnonzero(out.truncated.any(axis=1))
-        final = None
-        if cut.size:
-            src = out.info["final_obs"] if "final_obs" in out.info else out.obs
-            final = {**obs_rows(src, cut), "cut": cut}
-        episodes = {}
-        if "episode" in out.info:
-            done = out.info["_episode"]
-            episodes = {k: np.asarray(v)[done].astype(float) for k, v in out.info["episode"].items()}
+        env = self.stages[stage]
+        out = env.chunk_step(act["actions"])
+        cut, finals = truncated_finals(out, autoreset_mode(env))
+        final = None if finals is None else {**finals, "cut": cut}
+        episodes = {k: np.asarray(v, dtype=float) for k, v in finished_episodes(out.info).items()}
         record = {"rewards": out.rewards, "terminated": out.terminated, "truncated": out.truncated,
                   "valid": out.valid, "episodes": episodes, "seconds": time.perf_counter() - t0}
         return {"obs": out.obs, "final": final}, record
