@@ -1,0 +1,102 @@
+"""Policy serving for the robot: the shipped warm start served in process and over TCP, with the
+wire format's refusals (oversized, malformed, pickled, a bad observation) and the bound address."""
+
+from __future__ import annotations
+
+import pickle
+import socket
+import struct
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from vla_trainer.serve import PolicyClient, PolicyServer, PolicyService, ProtocolError, decode, encode, read_frame
+
+WARM_START = Path(__file__).resolve().parents[1] / "warm_start" / "tiny-openvla-oft-put-on-plate"
+
+
+@pytest.fixture(scope="module")
+def service():
+    return PolicyService(WARM_START)
+
+
+@pytest.fixture(scope="module")
+def server(service):
+    srv = PolicyServer(service, port=0, max_message_bytes=2**20)
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+def _obs(seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, 256, (64, 64, 3), dtype=np.uint8), rng.normal(size=16).astype(np.float32)
+
+
+def test_the_service_reads_what_the_checkpoint_expects(service):
+    spec = service.spec
+    assert (spec.image_size, spec.state_dim, spec.chunk_size, spec.action_dim) == (64, 16, 8, 7)
+    assert spec.camera_crop == (190, 80, 460, 350)  # from the warm start's made_by.json
+    image, state = _obs()
+    actions = service.act(image, "put carrot on plate", state)
+    assert actions.shape == (8, 7) and actions.dtype == np.float32 and np.abs(actions).max() <= 1.0
+
+
+def test_the_server_binds_loopback_and_answers_like_the_service(service, server):
+    assert server.server_address[0] == "127.0.0.1"
+    image, state = _obs(1)
+    with PolicyClient(port=server.server_address[1]) as client:
+        assert client.describe() == service.spec
+        np.testing.assert_array_equal(client.act(image, "put lime on plate", state),
+                                      service.act(image, "put lime on plate", state))
+        # a bad observation is refused with the policy's own message; the connection stays usable
+        with pytest.raises(RuntimeError, match="64"):
+            client.act(image[:32], "put lime on plate", state)
+        with pytest.raises(RuntimeError, match="state"):
+            client.act(image, "put lime on plate", None)
+        assert client.act(image, "put lime on plate", state).shape == (8, 7)
+
+
+def _raw(server, payload: bytes) -> tuple[dict, dict] | None:
+    with socket.create_connection(server.server_address[:2], timeout=5) as s:
+        s.sendall(payload)
+        try:
+            return decode(read_frame(s))
+        except ConnectionError:
+            return None
+
+
+@pytest.mark.parametrize("payload,message", [
+    (struct.pack(">I", 2**20 + 1), "exceeds the limit"),                                  # oversized, refused unread
+    (struct.pack(">I", 9) + struct.pack(">I", 5) + b"{nope", "not UTF-8 JSON"),             # malformed header
+    (lambda: (lambda p: struct.pack(">I", len(p)) + p)(pickle.dumps({"type": "act"})), "header"),  # never unpickled
+    (encode({"type": "act", "instruction": "x"}), "needs an 'image'"),
+    (encode({"type": "shutdown"}), "unknown request type"),
+])
+def test_malformed_requests_get_an_error_and_the_server_keeps_serving(server, payload, message):
+    payload = payload() if callable(payload) else payload
+    header, _ = _raw(server, payload)
+    assert header["type"] == "error" and message in header["message"]
+    image, state = _obs()
+    with PolicyClient(port=server.server_address[1]) as client:  # still serving
+        assert client.act(image, "put corn on plate", state).shape == (8, 7)
+
+
+def test_decode_refuses_arrays_that_do_not_match_their_bytes():
+    frame = encode({"type": "act"}, {"image": np.zeros((2, 2, 3), np.uint8)})
+    with pytest.raises(ProtocolError, match="runs past the end"):
+        decode(frame[4:-1])
+    with pytest.raises(ProtocolError, match="dtype"):
+        encode({"type": "act"}, {"x": np.zeros(2, object)})
+
+
+def test_a_missing_server_is_named():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(ConnectionError, match=f"127.0.0.1:{port}.*vla-serve"):
+        PolicyClient(port=port, timeout_s=1)

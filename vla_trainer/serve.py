@@ -1,0 +1,327 @@
+"""Serving a policy to the robot: load any checkpoint ``vla-eval`` loads, answer action requests.
+
+Two ways to use it, one policy object (``PolicyService``):
+
+* in process: ``franka-eval`` (and the ROS 2 policy node) call ``service.act(obs)``;
+* over the network, for a robot PC that calls a GPU box: ``vla-serve --checkpoint CKPT`` runs a
+  ``PolicyServer``; the robot side uses ``PolicyClient``. The server binds 127.0.0.1 unless an
+  address is given.
+
+Wire format (no pickle: network input is never unpickled). Every message is one frame::
+
+    frame   = length (4 bytes, big-endian, of what follows) + payload       length <= max_message_bytes
+    payload = header_length (4 bytes, big-endian) + header (UTF-8 JSON) + array bytes
+
+The header is ``{"type": ..., "arrays": [{"name", "dtype", "shape"}, ...], ...}``; the arrays'
+raw C-order bytes follow in that order. Requests: ``{"type": "describe"}`` and
+``{"type": "act", "instruction": str}`` with arrays ``image`` (uint8 ``[H, W, 3]``) and, for
+models that read it, ``state`` (float32 ``[S]``). Replies: ``{"type": "spec", ...}``,
+``{"type": "actions"}`` with array ``actions`` (float32 ``[C, 7]``), or
+``{"type": "error", "message": str}``. A malformed or oversized request gets an error reply (when
+the frame could be read) and the connection is closed; the server keeps serving.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import socketserver
+import struct
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 5555
+MAX_MESSAGE_BYTES = 16 * 2**20
+"""A 640x480 RGB frame is 0.9 MiB; nothing the robot sends comes near 16 MiB."""
+ALLOWED_DTYPES = ("uint8", "float32", "float64", "int64")
+MAX_INSTRUCTION_CHARS = 1000
+
+
+class ProtocolError(ValueError):
+    """A message that does not follow the wire format (the text says what was wrong)."""
+
+
+# ---------------------------------------------------------------------------------------- wire
+def encode(header: dict[str, Any], arrays: dict[str, np.ndarray] | None = None) -> bytes:
+    """One frame: ``header`` (JSON) and ``arrays`` (raw bytes, described in the header)."""
+    arrays = arrays or {}
+    specs, blobs = [], []
+    for name, arr in arrays.items():
+        arr = np.ascontiguousarray(arr)
+        if arr.dtype.name not in ALLOWED_DTYPES:
+            raise ProtocolError(f"array {name!r} has dtype {arr.dtype}; allowed: {', '.join(ALLOWED_DTYPES)}")
+        specs.append({"name": name, "dtype": arr.dtype.name, "shape": list(arr.shape)})
+        blobs.append(arr.tobytes())
+    head = json.dumps({**header, "arrays": specs}).encode()
+    payload = struct.pack(">I", len(head)) + head + b"".join(blobs)
+    return struct.pack(">I", len(payload)) + payload
+
+
+def decode(payload: bytes) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """``(header, arrays)`` of one frame's payload.
+
+    Raises:
+        ProtocolError: truncated, not JSON, an unknown dtype, a shape that does not match the bytes.
+    """
+    if len(payload) < 4:
+        raise ProtocolError("payload shorter than its 4-byte header length")
+    (n,) = struct.unpack(">I", payload[:4])
+    if n > len(payload) - 4:
+        raise ProtocolError(f"header length {n} exceeds the payload ({len(payload) - 4} bytes)")
+    try:
+        header = json.loads(payload[4:4 + n].decode())
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ProtocolError(f"header is not UTF-8 JSON: {e}") from None
+    if not isinstance(header, dict) or not isinstance(header.get("type"), str):
+        raise ProtocolError("header must be a JSON object with a string 'type'")
+    specs = header.get("arrays", [])
+    if not isinstance(specs, list):
+        raise ProtocolError("header 'arrays' must be a list")
+    arrays, offset = {}, 4 + n
+    for spec in specs:
+        try:
+            name, dtype, shape = str(spec["name"]), str(spec["dtype"]), tuple(int(d) for d in spec["shape"])
+        except (KeyError, TypeError, ValueError):
+            raise ProtocolError("each array needs 'name', 'dtype' and 'shape' (a list of ints)") from None
+        if dtype not in ALLOWED_DTYPES:
+            raise ProtocolError(f"array {name!r} has dtype {dtype!r}; allowed: {', '.join(ALLOWED_DTYPES)}")
+        if any(d < 0 for d in shape) or len(shape) > 4:
+            raise ProtocolError(f"array {name!r} has shape {list(shape)}; at most 4 non-negative dims")
+        size = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        if offset + size > len(payload):
+            raise ProtocolError(f"array {name!r} ({size} bytes) runs past the end of the message")
+        arrays[name] = np.frombuffer(payload, dtype=dtype, count=size // np.dtype(dtype).itemsize,
+                                     offset=offset).reshape(shape).copy()  # writable, owns its memory
+        offset += size
+    if offset != len(payload):
+        raise ProtocolError(f"{len(payload) - offset} bytes after the last array")
+    return header, arrays
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(min(n - len(buf), 1 << 20))
+        if not chunk:
+            raise ConnectionError(f"connection closed after {len(buf)} of {n} bytes")
+        buf += chunk
+    return bytes(buf)
+
+
+def read_frame(sock: socket.socket, max_bytes: int = MAX_MESSAGE_BYTES) -> bytes:
+    """The payload of the next frame. Raises ProtocolError for a frame over ``max_bytes``
+    (before reading it), ConnectionError when the peer closes."""
+    (n,) = struct.unpack(">I", _recv_exact(sock, 4))
+    if n > max_bytes:
+        raise ProtocolError(f"message of {n} bytes exceeds the limit of {max_bytes} bytes")
+    return _recv_exact(sock, n)
+
+
+# ---------------------------------------------------------------------------------------- policy
+@dataclass(frozen=True)
+class PolicySpec:
+    """What a checkpoint expects of the env it runs in (compared with the robot env before moving)."""
+
+    image_size: int
+    """Side of the square image the model reads, in pixels."""
+    state_dim: int
+    """Width of ``obs["state"]`` the model reads; 0: it reads no state."""
+    chunk_size: int
+    """Actions per policy call."""
+    action_dim: int
+    """7: delta xyz, delta axis-angle, gripper (-1 open, +1 close)."""
+    camera_crop: tuple[int, int, int, int] | None
+    """The camera crop the policy was trained with, when the checkpoint records it."""
+    model_dir: str
+    """The model folder that was loaded."""
+
+
+def training_env_kwargs(model_dir: Path) -> dict[str, Any] | None:
+    """The env options a checkpoint was trained with, when recorded: the training run's
+    ``config.yaml`` beside a checkpoint's ``model/`` (``env.train.env_kwargs``), or a published
+    warm start's ``made_by.json`` (its demos' ``env_kwargs``)."""
+    recipe = model_dir.parent / "config.yaml"
+    if recipe.is_file():
+        import yaml
+
+        cfg = yaml.safe_load(recipe.read_text()) or {}
+        kwargs = ((cfg.get("env") or {}).get("train") or {}).get("env_kwargs")
+        if isinstance(kwargs, dict):
+            return kwargs
+    made_by = model_dir / "made_by.json"
+    if made_by.is_file():
+        kwargs = (json.loads(made_by.read_text()).get("demos") or {}).get("env_kwargs")
+        if isinstance(kwargs, dict):
+            return kwargs
+    return None
+
+
+class PolicyService:
+    """A checkpoint ready to act on one robot observation at a time (thread-safe).
+
+    Args:
+        checkpoint: a model folder, training checkpoint or run folder (as ``vla-eval --checkpoint``;
+            LoRA runs are merged into their base model).
+        greedy: take the most likely action tokens (evaluation); False samples at ``temperature``.
+        temperature: sampling temperature when not greedy.
+        device: torch device for the model (``"cpu"``, ``"cuda"``).
+    """
+
+    def __init__(self, checkpoint: str | Path, *, greedy: bool = True, temperature: float = 1.0,
+                 device: str = "cpu"):
+        from vla_trainer.checkpoint import load_model
+        from vla_trainer.models import VLAPolicy
+
+        model, tokenizer, model_dir = load_model(checkpoint)
+        self.policy = VLAPolicy(model.to(device), tokenizer)
+        self.greedy, self.temperature = greedy, temperature
+        crop = (training_env_kwargs(model_dir) or {}).get("camera_crop")
+        cfg = self.policy.config
+        self.spec = PolicySpec(image_size=int(cfg.image_size), state_dim=int(cfg.proprio_dim or 0),
+                               chunk_size=int(cfg.chunk_size), action_dim=int(cfg.action_dim),
+                               camera_crop=None if crop is None else tuple(int(v) for v in crop),
+                               model_dir=str(model_dir))
+        self._lock = threading.Lock()
+
+    def act(self, image: np.ndarray, instruction: str, state: np.ndarray | None = None) -> np.ndarray:
+        """One action chunk float32 ``[C, 7]`` for one observation.
+
+        Raises:
+            vla_trainer.models.InvalidInputError: wrong image size or dtype, an empty instruction,
+                a missing or wrong-width state (the message says what is allowed).
+        """
+        if not isinstance(instruction, str) or len(instruction) > MAX_INSTRUCTION_CHARS:
+            raise ValueError(f"instruction must be a string of at most {MAX_INSTRUCTION_CHARS} characters")
+        obs: dict[str, Any] = {"image": np.asarray(image)[None], "instruction": (instruction,)}
+        if state is not None:
+            obs["state"] = np.asarray(state, np.float32)[None]
+        with self._lock:
+            sample = self.policy.act(obs, greedy=self.greedy, temperature=self.temperature)
+        return sample.actions[0].float().cpu().numpy()
+
+
+# ---------------------------------------------------------------------------------------- server
+class PolicyServer(socketserver.ThreadingTCPServer):
+    """TCP server answering ``describe`` and ``act`` requests with a ``PolicyService``.
+
+    Args:
+        service: the policy.
+        host: address to bind; 127.0.0.1 (this machine only) unless told otherwise.
+        port: TCP port; 0 picks a free one (``server.server_address[1]``).
+        max_message_bytes: larger requests are refused before they are read.
+    """
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, service: PolicyService, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
+                 max_message_bytes: int = MAX_MESSAGE_BYTES):
+        self.service, self.max_message_bytes = service, max_message_bytes
+        super().__init__((host, port), _Handler)
+
+
+class _Handler(socketserver.BaseRequestHandler):
+    def handle(self) -> None:
+        server: PolicyServer = self.server  # type: ignore[assignment]
+        while True:
+            try:
+                header, arrays = decode(read_frame(self.request, server.max_message_bytes))
+                reply = _answer(server.service, header, arrays)
+            except ConnectionError:
+                return
+            except ProtocolError as e:  # the stream can no longer be trusted: answer, then close
+                self.request.sendall(encode({"type": "error", "message": str(e)}))
+                return
+            except Exception as e:  # noqa: BLE001  a bad observation must not stop the server
+                reply = encode({"type": "error", "message": f"{type(e).__name__}: {e}"})
+            self.request.sendall(reply)
+
+
+def _answer(service: PolicyService, header: dict, arrays: dict[str, np.ndarray]) -> bytes:
+    if header["type"] == "describe":
+        return encode({"type": "spec", **{k: v for k, v in vars(service.spec).items()}})
+    if header["type"] == "act":
+        if "image" not in arrays or not isinstance(header.get("instruction"), str):
+            raise ProtocolError("an 'act' request needs an 'image' array and an 'instruction' string")
+        actions = service.act(arrays["image"], header["instruction"], arrays.get("state"))
+        return encode({"type": "actions"}, {"actions": actions.astype(np.float32)})
+    raise ProtocolError(f"unknown request type {header['type']!r}; allowed: 'describe', 'act'")
+
+
+class PolicyClient:
+    """The robot side of ``PolicyServer``: ``describe()`` and ``act(...)`` over one connection.
+
+    Args:
+        host, port: the server.
+        timeout_s: for connecting and for each reply; a silent server fails within it.
+    """
+
+    def __init__(self, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, timeout_s: float = 5.0):
+        try:
+            self.sock = socket.create_connection((host, port), timeout=timeout_s)
+        except OSError as e:
+            raise ConnectionError(f"no policy server at {host}:{port} ({e}); start one with "
+                                  f"`vla-serve --checkpoint CKPT --host {host} --port {port}`") from None
+
+    def _call(self, header: dict, arrays: dict[str, np.ndarray] | None = None) -> tuple[dict, dict]:
+        self.sock.sendall(encode(header, arrays))
+        reply, out = decode(read_frame(self.sock))
+        if reply["type"] == "error":
+            raise RuntimeError(f"policy server: {reply.get('message')}")
+        return reply, out
+
+    def describe(self) -> PolicySpec:
+        reply, _ = self._call({"type": "describe"})
+        crop = reply.get("camera_crop")
+        return PolicySpec(image_size=reply["image_size"], state_dim=reply["state_dim"], chunk_size=reply["chunk_size"],
+                          action_dim=reply["action_dim"], camera_crop=None if crop is None else tuple(crop),
+                          model_dir=reply["model_dir"])
+
+    def act(self, image: np.ndarray, instruction: str, state: np.ndarray | None = None) -> np.ndarray:
+        arrays = {"image": np.asarray(image, np.uint8)}
+        if state is not None:
+            arrays["state"] = np.asarray(state, np.float32)
+        _, out = self._call({"type": "act", "instruction": instruction}, arrays)
+        return out["actions"].copy()
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> "PolicyClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``vla-serve``: serve a checkpoint to a robot PC (see the module docstring for the format)."""
+    import argparse
+    import sys
+
+    p = argparse.ArgumentParser(prog="vla-serve", description="Serve a policy checkpoint over TCP (no pickle).")
+    p.add_argument("--checkpoint", type=Path, required=True, help="model folder, training checkpoint or run folder")
+    p.add_argument("--host", default=DEFAULT_HOST, help="address to bind (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--temperature", type=float, default=None, help="sample at this temperature (default: greedy)")
+    args = p.parse_args(argv)
+    try:
+        service = PolicyService(args.checkpoint, greedy=args.temperature is None,
+                                temperature=args.temperature or 1.0, device=args.device)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    with PolicyServer(service, args.host, args.port) as server:
+        host, port = server.server_address[:2]
+        print(f"serving {service.spec.model_dir} on {host}:{port} (Ctrl-C stops)", flush=True)
+        try:
+            server.serve_forever()
+        except KeyboardInterrupt:
+            pass
+    return 0
