@@ -5,7 +5,10 @@ Format (JSON)::
 
     {"format": "vla-camera-v1", "width": 640, "height": 480,
      "intrinsic": [[fx, 0, cx], [0, fy, cy], [0, 0, 1]],
-     "T_base_from_cam": 4x4 row-major, camera axes as in OpenCV (x right, y down, z forward)}
+     "T_base_from_cam": 4x4 row-major, camera axes as in OpenCV (x right, y down, z forward),
+     "calibration": {...}}   (optional: the calibration tool's report, kept as read)
+
+Other fields are ignored, so files written before ``calibration`` existed still load.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ class CameraFile:
     intrinsic: np.ndarray
     T_base_from_cam: np.ndarray
     path: Path
+    calibration: dict | None = None
+    """How the file was made (date, method, residuals, board), when the calibration tool wrote it."""
 
     def intrinsic_for(self, height: int, width: int, crop: tuple[int, int, int, int] | None = None) -> np.ndarray:
         """Intrinsics of the image the camera sees, or of its region ``crop``, resized to
@@ -116,8 +121,16 @@ def load_camera_file(path: str | Path | None = None) -> CameraFile:
     width = field("width", positive_int, "a positive integer (pixels)")
     height = field("height", positive_int, "a positive integer (pixels)")
     k = field("intrinsic", matrix((3, 3)), "a 3x3 matrix [[fx, 0, cx], [0, fy, cy], [0, 0, 1]]")
+    if k[0, 0] <= 0 or k[1, 1] <= 0 or not np.allclose(k[2], [0, 0, 1]):
+        raise ValueError(f"camera file {path}: field 'intrinsic' must be [[fx, 0, cx], [0, fy, cy], [0, 0, 1]] with "
+                         f"fx, fy > 0, got {k.tolist()}")
     t = field("T_base_from_cam", matrix((4, 4)), "a 4x4 homogeneous transform")
     rot = t[:3, :3]
-    if not np.allclose(rot @ rot.T, np.eye(3), atol=1e-4) or not np.allclose(t[3], [0, 0, 0, 1]):
+    if (not np.allclose(rot @ rot.T, np.eye(3), atol=1e-4) or np.linalg.det(rot) < 0
+            or not np.allclose(t[3], [0, 0, 0, 1])):
         raise ValueError(f"camera file {path}: field 'T_base_from_cam' is not a rigid transform")
-    return CameraFile(width, height, k, t, path)
+    calibration = data.get("calibration")
+    if calibration is not None and not isinstance(calibration, dict):
+        raise ValueError(f"camera file {path}: field 'calibration' must be a JSON object (the calibration report), "
+                         f"got {type(calibration).__name__}")
+    return CameraFile(width, height, k, t, path, calibration)

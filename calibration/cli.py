@@ -1,0 +1,250 @@
+"""``vla-calibrate``: print the board, calibrate intrinsics, solve hand-eye into the camera file.
+
+    vla-calibrate board --out calib/board
+    vla-calibrate intrinsics --images calib/intrinsics --board calib/board/board.json --out calib/intrinsics.json
+    vla-calibrate handeye --session calib/session --out calib/camera.json
+    vla-calibrate selftest
+
+Exit status: 0 done; 1 the data cannot be calibrated (board not found, too few or too similar
+poses; the message says which); 2 a bad argument (named); 3 the result is worse than the
+limits (``--max-trans-mm``/``--max-rot-deg``, ``--max-rms-px``), so nothing was written
+unless ``--accept`` was given. Never prompts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+from calibration.board import DICTIONARY_SIZES, BoardSpec
+from calibration.hand_eye import DEFAULT_MAX_ROT_DEG, DEFAULT_MAX_TRANS_MM, METHODS, MIN_SAMPLES
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_OVER_LIMIT = 0, 1, 2, 3
+
+
+class UsageError(Exception):
+    """A command-line argument is wrong; ``argument`` names it."""
+
+    def __init__(self, argument: str, message: str):
+        super().__init__(f"argument {argument}: {message}")
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+    return value
+
+
+def int_at_least(minimum: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+    return parse
+
+
+def existing_dir(text: str) -> Path:
+    path = Path(text)
+    if not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is not a folder")
+    return path
+
+
+def existing_file(text: str) -> Path:
+    path = Path(text)
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"{text} does not exist")
+    return path
+
+
+def load_board(path: Path) -> BoardSpec:
+    try:
+        return BoardSpec.load(path)
+    except (ValueError, FileNotFoundError) as e:
+        raise UsageError("--board", str(e)) from None
+
+
+# ---------------------------------------------------------------------------------- board
+BOARD_ARGS = {"squares_x": "--squares-x", "squares_y": "--squares-y", "square_length_m": "--square-length-mm",
+              "marker_length_m": "--marker-length-mm", "dictionary": "--dictionary"}
+
+
+def cmd_board(args: argparse.Namespace) -> int:
+    from calibration.printout import printout_summary, write_printout
+
+    try:
+        spec = BoardSpec(squares_x=args.squares_x, squares_y=args.squares_y,
+                         square_length_m=args.square_length_mm / 1000.0, marker_length_m=args.marker_length_mm / 1000.0,
+                         dictionary=args.dictionary)
+    except ValueError as e:
+        field = re.match(r"board (\w+)", str(e))  # BoardSpec's errors start with "board <field>"
+        raise UsageError(BOARD_ARGS.get(field.group(1) if field else "", "--squares-x"), str(e)) from None
+    try:
+        printout = write_printout(spec, args.out, dpi=args.dpi)
+    except ValueError as e:
+        raise UsageError("--dpi", str(e)) from None
+    print(printout_summary(printout))
+    print(f"Board {spec.width_m * 1000:g} x {spec.height_m * 1000:g} mm. After printing, measure a square: it must be "
+          f"{spec.square_length_m * 1000:g} mm (otherwise edit square_length_m and marker_length_m in board.json).")
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------------------- intrinsics
+def cmd_intrinsics(args: argparse.Namespace) -> int:
+    from calibration.intrinsics import calibrate_intrinsics, load_images, save_intrinsics
+
+    spec = load_board(args.board)
+    try:
+        images = load_images(args.images)
+    except (FileNotFoundError, ValueError) as e:
+        raise UsageError("--images", str(e)) from None
+    result = calibrate_intrinsics(images, spec, min_images=args.min_images)
+    print(result.summary())
+    if result.rms_px > args.max_rms_px and not args.accept:
+        print(f"FAIL: RMS reprojection error {result.rms_px:.3f} px > --max-rms-px {args.max_rms_px:g}; "
+              "nothing written (blurred or too few varied views? pass --accept to keep it anyway)", file=sys.stderr)
+        return EXIT_OVER_LIMIT
+    if args.out is not None:
+        print(f"wrote {save_intrinsics(result, args.out)}")
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------------------- hand-eye
+def cmd_handeye(args: argparse.Namespace) -> int:
+    from calibration.camera_file import calibration_block, write_camera_file, write_wrist_camera_file
+    from calibration.hand_eye import Mode
+    from calibration.session import solve_session
+
+    if args.out.exists() and args.out.is_dir():
+        raise UsageError("--out", f"{args.out} is a folder; give the camera file's path (e.g. camera.json)")
+    try:
+        result = solve_session(args.session, method=args.method, max_trans_mm=args.max_trans_mm,
+                               max_rot_deg=args.max_rot_deg, min_samples=args.min_samples)
+    except FileNotFoundError as e:
+        raise UsageError("--session", str(e)) from None
+    print(result.summary())
+    hand_eye = result.hand_eye
+    if not hand_eye.passed and not args.accept:
+        print(f"FAIL: residuals above the limits; {args.out} not written. Check the board spec (measured square "
+              "length), the intrinsics, that the board is rigid on the flange, and drop the worst samples; or pass "
+              "--accept to write it anyway", file=sys.stderr)
+        return EXIT_OVER_LIMIT
+    block = calibration_block(result, accepted=not hand_eye.passed)
+    intrinsics = result.session.spec.intrinsics
+    if hand_eye.mode is Mode.EYE_TO_HAND:
+        path = write_camera_file(args.out, intrinsics=intrinsics, T_base_from_cam=hand_eye.T_base_from_cam,
+                                 calibration=block)
+        position = hand_eye.T_base_from_cam[:3, 3]
+        print(f"wrote {path}: camera at ({position[0]:.4f}, {position[1]:.4f}, {position[2]:.4f}) m in the base frame; "
+              f"use it with gym.make(..., camera_file={str(path)!r})")
+    else:
+        path = write_wrist_camera_file(args.out, intrinsics=intrinsics, T_ee_from_cam=hand_eye.T_ee_from_cam,
+                                       calibration=block)
+        print(f"wrote {path} (eye-in-hand: T_ee_from_cam)")
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------------------- self-test
+def cmd_selftest(args: argparse.Namespace) -> int:
+    import tempfile
+
+    import cv2
+    import numpy as np
+
+    from calibration.session import solve_session
+    from calibration.synthetic import make_scene, write_synthetic_session
+    from calibration.transforms import transform_difference
+
+    print(f"OpenCV {cv2.__version__}")
+    worst = 0.0, 0.0
+    for name in ("side", "overhead"):
+        scene = make_scene(name)
+        with tempfile.TemporaryDirectory() as tmp:
+            folder = Path(tmp) / name
+            write_synthetic_session(folder, scene, np.random.default_rng(args.seed), n=args.samples)
+            result = solve_session(folder).hand_eye
+        trans_mm, rot_deg = transform_difference(scene.T_cam, result.T_base_from_cam)
+        worst = max(worst[0], trans_mm), max(worst[1], rot_deg)
+        print(f"{name}: {result.chosen} recovers the camera to {trans_mm:.3f} mm / {rot_deg:.4f} deg")
+    ok = worst[0] <= 2.0 and worst[1] <= 0.2
+    print(("PASS" if ok else "FAIL") + ": synthetic sessions recovered within 2 mm / 0.2 deg")
+    return EXIT_OK if ok else EXIT_FAILED
+
+
+# ---------------------------------------------------------------------------------- parser
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="vla-calibrate", description=__doc__.split("\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog="\n".join(__doc__.split("\n")[2:]))
+    sub = p.add_subparsers(dest="command", required=True)
+
+    b = sub.add_parser("board", help="write the ChArUco board as PNG, PDF (true scale) and board.json")
+    b.add_argument("--out", type=Path, required=True, help="folder for board.png, board.pdf, board.json")
+    default = BoardSpec()
+    b.add_argument("--squares-x", type=int, default=default.squares_x, help="squares along x (default: %(default)s)")
+    b.add_argument("--squares-y", type=int, default=default.squares_y, help="squares along y (default: %(default)s)")
+    b.add_argument("--square-length-mm", type=positive_float, default=default.square_length_m * 1000,
+                   help="chessboard square side (default: %(default)s)")
+    b.add_argument("--marker-length-mm", type=positive_float, default=default.marker_length_m * 1000,
+                   help="ArUco marker side, < square (default: %(default)s)")
+    b.add_argument("--dictionary", choices=list(DICTIONARY_SIZES), default=default.dictionary, metavar="NAME",
+                   help="OpenCV ArUco dictionary (default: %(default)s)")
+    b.add_argument("--dpi", type=positive_float, default=600.0, help="raster resolution (default: %(default)s)")
+    b.set_defaults(func=cmd_board)
+
+    i = sub.add_parser("intrinsics", help="camera matrix and distortion from board images")
+    i.add_argument("--images", type=existing_dir, required=True, help="folder of board images (one resolution)")
+    i.add_argument("--board", type=existing_file, required=True, help="board.json of the printed board")
+    i.add_argument("--out", type=Path, default=None, help="intrinsics.json to write (default: print only)")
+    i.add_argument("--min-images", type=int_at_least(3), default=6, help="fewest usable images (default: %(default)s)")
+    i.add_argument("--max-rms-px", type=positive_float, default=1.0,
+                   help="fail above this RMS reprojection error (default: %(default)s)")
+    i.add_argument("--accept", action="store_true", help="write the result even above --max-rms-px")
+    i.set_defaults(func=cmd_intrinsics)
+
+    h = sub.add_parser("handeye", help="solve a recorded session folder into the camera file")
+    h.add_argument("--session", type=existing_dir, required=True, help="session folder (see docs/calibration.md)")
+    h.add_argument("--out", type=Path, required=True, help="camera file to write (vla-camera-v1 JSON)")
+    h.add_argument("--method", choices=("auto", *METHODS), default="auto",
+                   help="solver whose answer is written; all run and are compared (default: %(default)s, the "
+                        "smallest residuals)")
+    h.add_argument("--max-trans-mm", type=positive_float, default=DEFAULT_MAX_TRANS_MM,
+                   help="fail above this RMS translation residual (default: %(default)s)")
+    h.add_argument("--max-rot-deg", type=positive_float, default=DEFAULT_MAX_ROT_DEG,
+                   help="fail above this RMS rotation residual (default: %(default)s)")
+    h.add_argument("--min-samples", type=int_at_least(3), default=MIN_SAMPLES,
+                   help="fewest samples accepted (default: %(default)s)")
+    h.add_argument("--accept", action="store_true", help="write the camera file even if the residuals fail")
+    h.set_defaults(func=cmd_handeye)
+
+    s = sub.add_parser("selftest", help="solve rendered sessions with known answers (checks this OpenCV)")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--samples", type=int_at_least(5), default=15)
+    s.set_defaults(func=cmd_selftest)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except UsageError as e:
+        print(f"vla-calibrate {args.command}: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except ValueError as e:  # CalibrationError and malformed data: the message says what and where
+        print(f"vla-calibrate {args.command}: calibration failed: {e}", file=sys.stderr)
+        return EXIT_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main())
