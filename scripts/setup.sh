@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # One-shot, idempotent setup: system packages (as root), a venv in .venv, the project
 # with the requested extras. Re-running with nothing changed, or asking for extras an earlier run
-# installed with others, takes well under a second.
+# installed with others, takes well under a second. With the `robot` extra it also makes
+# .venv-franky-sim (VLA_FRANKY_SIM_VENV), the simulated Franka server the robot tests talk to.
 #
 #   bash scripts/setup.sh [extras]     e.g. bash scripts/setup.sh maniskill,dev
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 EXTRAS="${1:-maniskill}"
 VENV="${VLA_VENV:-$ROOT/.venv}"
+FRANKY_SIM_VENV="${VLA_FRANKY_SIM_VENV:-$ROOT/.venv-franky-sim}"
+FRANKY_SIM_SPEC="franky-sim==1.0.4"
 PY="${PYTHON:-python3}"
 TORCH_VERSION="2.13.0"   # the CPU wheel; installing torch first keeps pip from pulling a CUDA build
 
@@ -69,18 +72,40 @@ installed_all() {
   done < "$STAMP"
   return 1
 }
+# Some pip.conf files name local indexes that may be absent; their warnings are noise.
+pip_quiet() {
+  "$@" 2>&1 | { grep -v "is ignored: it is neither a file nor a directory" >&2 || true; }
+  return "${PIPESTATUS[0]}"
+}
+
+# franky-sim (a MuJoCo Franka speaking libfranka's network protocol) needs numpy >= 2 (through
+# pin 3/4) and mujoco >= 3.2, while the project pins numpy < 2 and LIBERO mujoco 2.3.7: it gets
+# its own venv and runs as a server process that franky in .venv connects to over loopback.
+setup_franky_sim() {
+  case ",$EXTRAS," in *,robot,*) ;; *) return 0 ;; esac
+  local stamp="$FRANKY_SIM_VENV/.vla-setup-stamp"
+  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$FRANKY_SIM_SPEC" ]; then
+    return 0
+  fi
+  if [ ! -x "$FRANKY_SIM_VENV/bin/python" ]; then
+    log "creating $FRANKY_SIM_VENV (the franky-sim server)"
+    "$PY" -m venv "$FRANKY_SIM_VENV"
+  fi
+  log "installing $FRANKY_SIM_SPEC into $FRANKY_SIM_VENV"
+  local sim_pip=(pip_quiet "$FRANKY_SIM_VENV/bin/python" -m pip --disable-pip-version-check -q)
+  "${sim_pip[@]}" install -U pip
+  "${sim_pip[@]}" install "$FRANKY_SIM_SPEC"
+  echo "$FRANKY_SIM_SPEC" > "$stamp"
+}
+
 if installed_all; then
+  setup_franky_sim
   exit 0
 fi
 if [ ! -x "$VENV/bin/python" ]; then
   log "creating $VENV"
   "$PY" -m venv "$VENV"
 fi
-# Some pip.conf files name local indexes that may be absent; their warnings are noise.
-pip_quiet() {
-  "$@" 2>&1 | { grep -v "is ignored: it is neither a file nor a directory" >&2 || true; }
-  return "${PIPESTATUS[0]}"
-}
 PIP=(pip_quiet "$VENV/bin/python" -m pip --disable-pip-version-check -q)
 if ! "$VENV/bin/python" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$TORCH_VERSION')" 2>/dev/null; then
   log "installing torch $TORCH_VERSION (CPU)"
@@ -89,4 +114,5 @@ fi
 log "installing the project with extras [$EXTRAS]"
 "${PIP[@]}" install -e "$ROOT[$EXTRAS]"
 echo "$WANT" >> "$STAMP"
+setup_franky_sim
 log "ready: $VENV"

@@ -1,0 +1,215 @@
+"""The arm interface: what a 7-DoF arm with a parallel gripper offers the rest of the stack.
+
+Frames: every pose is the TCP (between the fingertips, the twin's ``panda_hand_tcp`` and libfranka's
+default end-effector frame of the Franka Hand) in the robot base frame. One step is relative:
+translation in the base frame, rotation about the TCP with axes aligned to the base frame, the
+convention of ManiSkill's ``pd_ee_delta_pose`` (``frame="root_translation:root_aligned_body_rotation"``).
+
+Motion commands (``move_relative``, ``set_gripper``, ``move_to_joint_positions``) only run when they
+carry the permit of the ``SafetyLayer`` attached to the arm: code that holds a bare ``Arm`` can read
+it and stop it, never move it. ``stop`` and ``recover`` need no permit.
+"""
+
+from __future__ import annotations
+
+import abc
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from real_robot.errors import SafetyBypassError
+from real_robot.lifecycle import requires_connection
+
+if TYPE_CHECKING:
+    import numpy as np
+
+NUM_JOINTS = 7
+
+
+@dataclass(frozen=True)
+class ArmObservation:
+    """One reading of the arm's state."""
+
+    joint_positions_rad: "np.ndarray"
+    """Joint angles ``[7]``."""
+    gripper_width_m: float
+    """Distance between the fingers."""
+    T_base_from_tcp: "np.ndarray"
+    """TCP pose in the robot base frame, homogeneous ``[4, 4]``."""
+    timestamp_s: float
+    """``time.monotonic()`` when the state was read."""
+
+    @property
+    def tcp_position_m(self) -> "np.ndarray":
+        """TCP position ``[3]`` in the base frame."""
+        return self.T_base_from_tcp[:3, 3].copy()
+
+    @property
+    def tcp_quaternion_wxyz(self) -> "np.ndarray":
+        """TCP orientation in the base frame as a unit quaternion ``(w, x, y, z)``, ``w >= 0``."""
+        from real_robot.transforms import matrix_to_quaternion_wxyz
+
+        return matrix_to_quaternion_wxyz(self.T_base_from_tcp[:3, :3])
+
+    def as_dict(self) -> dict[str, Any]:
+        """Flat values keyed like ``Arm.observation_features``."""
+        return {
+            "joint_positions_rad": self.joint_positions_rad.copy(),
+            "gripper_width_m": float(self.gripper_width_m),
+            "tcp_position_m": self.tcp_position_m,
+            "tcp_quaternion_wxyz": self.tcp_quaternion_wxyz,
+        }
+
+
+class Arm(abc.ABC):
+    """A 7-DoF arm with a parallel gripper, used through a ``SafetyLayer``.
+
+    Subclasses implement the underscored hooks; the public motion methods check the connection and
+    the safety permit first. Use as a context manager to connect and always disconnect.
+    """
+
+    def __init__(self) -> None:
+        self._safety_permit: object | None = None
+
+    # ----- features: known without hardware ------------------------------------------------
+    @property
+    def observation_features(self) -> dict[str, Any]:
+        """Keys of ``ArmObservation.as_dict()``: a shape tuple for arrays, ``float`` for scalars."""
+        return {
+            "joint_positions_rad": (NUM_JOINTS,),
+            "gripper_width_m": float,
+            "tcp_position_m": (3,),
+            "tcp_quaternion_wxyz": (4,),
+        }
+
+    @property
+    def action_features(self) -> dict[str, Any]:
+        """One step: base-frame translation, base-aligned rotation about the TCP, gripper state."""
+        return {"translation_m": (3,), "rotation_rotvec_rad": (3,), "gripper_close": bool}
+
+    @property
+    @abc.abstractmethod
+    def relative_dynamics_factor(self) -> float:
+        """The fraction of the arm's maximum velocity, acceleration and jerk it moves with, in (0, 1]."""
+
+    # ----- lifecycle ----------------------------------------------------------------------
+    @property
+    @abc.abstractmethod
+    def is_connected(self) -> bool:
+        """Whether ``connect()`` succeeded and ``disconnect()`` was not called since."""
+
+    @abc.abstractmethod
+    def connect(self, timeout_s: float | None = None) -> None:
+        """Connect to the arm (and its gripper).
+
+        Args:
+            timeout_s: give up after this long; None: the config's default.
+
+        Raises:
+            DeviceAlreadyConnectedError: already connected.
+            RobotUnreachableError: no answer within the deadline, or the connection was refused.
+        """
+
+    @abc.abstractmethod
+    def disconnect(self) -> None:
+        """Stop any motion and close the connection. Safe to call when not connected."""
+
+    def __enter__(self) -> "Arm":
+        self.connect()
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.disconnect()
+
+    # ----- reading --------------------------------------------------------------------------
+    @abc.abstractmethod
+    def observation(self) -> ArmObservation:
+        """The current joint positions, gripper width and TCP pose.
+
+        Raises:
+            DeviceNotConnectedError: not connected.
+        """
+
+    # ----- stopping: always allowed -------------------------------------------------------
+    @abc.abstractmethod
+    def stop(self) -> None:
+        """Stop the running motion now (the arm holds its pose). A no-op when idle or disconnected."""
+
+    @abc.abstractmethod
+    def recover(self) -> bool:
+        """Clear a reflex / error state so the arm accepts motions again.
+
+        Returns:
+            Whether the arm reports itself ready.
+        """
+
+    # ----- motion: only through the SafetyLayer --------------------------------------------
+    def _attach_safety(self, permit: object) -> None:
+        """Called by ``SafetyLayer``: from now on motion commands must carry ``permit``."""
+        if self._safety_permit is not None:
+            raise SafetyBypassError(f"{self} already has a SafetyLayer; one arm takes one safety layer")
+        self._safety_permit = permit
+
+    def _detach_safety(self, permit: object) -> None:
+        if self._safety_permit is permit:
+            self._safety_permit = None
+
+    def _check_permit(self, permit: object | None, command: str) -> None:
+        if permit is None or permit is not self._safety_permit:
+            raise SafetyBypassError(f"{type(self).__name__}.{command} was called without the permit of its "
+                                    f"SafetyLayer; move the arm through SafetyLayer(arm, limits).send_action()")
+
+    @requires_connection
+    def move_relative(self, translation_m: Any, rotation_rotvec_rad: Any, *, permit: object | None = None) -> None:
+        """Execute one relative Cartesian step of the TCP.
+
+        Args:
+            translation_m: ``[3]`` TCP displacement in the base frame.
+            rotation_rotvec_rad: ``[3]`` rotation vector, axes aligned with the base frame, about the
+                TCP (the TCP position does not change with it): new orientation = exp(rotvec) @ old.
+            permit: the attached ``SafetyLayer``'s permit.
+
+        Raises:
+            SafetyBypassError: no or a foreign permit.
+            MotionError: the robot aborted the motion.
+        """
+        self._check_permit(permit, "move_relative")
+        self._move_relative(translation_m, rotation_rotvec_rad)
+
+    @requires_connection
+    def set_gripper(self, close: bool, *, permit: object | None = None) -> None:
+        """Close (grasp whatever is between the fingers) or open the gripper fully.
+
+        Raises:
+            SafetyBypassError: no or a foreign permit.
+        """
+        self._check_permit(permit, "set_gripper")
+        self._set_gripper(bool(close))
+
+    @requires_connection
+    def move_to_joint_positions(self, joint_positions_rad: Any, *, permit: object | None = None) -> None:
+        """Move in joint space to ``joint_positions_rad`` ``[7]`` (homing).
+
+        Raises:
+            SafetyBypassError: no or a foreign permit.
+            MotionError: the robot aborted the motion.
+        """
+        self._check_permit(permit, "move_to_joint_positions")
+        self._move_to_joint_positions(joint_positions_rad)
+
+    @abc.abstractmethod
+    def _move_relative(self, translation_m: Any, rotation_rotvec_rad: Any) -> None:
+        """The backend's relative step (see ``move_relative``)."""
+
+    @abc.abstractmethod
+    def _set_gripper(self, close: bool) -> None:
+        """The backend's gripper command (see ``set_gripper``)."""
+
+    @abc.abstractmethod
+    def _move_to_joint_positions(self, joint_positions_rad: Any) -> None:
+        """The backend's joint move (see ``move_to_joint_positions``)."""
+
+
+def now_s() -> float:
+    """The clock every ``timestamp_s`` in real_robot uses (monotonic)."""
+    return time.monotonic()

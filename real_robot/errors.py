@@ -1,0 +1,71 @@
+"""Exceptions raised by real_robot. Each names what was wrong and what is allowed or what to do."""
+
+from __future__ import annotations
+
+
+class RealRobotError(Exception):
+    """Base class of every error raised by real_robot."""
+
+
+class DeviceNotConnectedError(RealRobotError, ConnectionError):
+    """A device was used before ``connect()`` or after ``disconnect()``."""
+
+
+class DeviceAlreadyConnectedError(RealRobotError, ConnectionError):
+    """``connect()`` was called on a device that is connected."""
+
+
+class DeviceNotFoundError(RealRobotError, ConnectionError):
+    """No device with the configured identity (a camera serial) is attached; the message lists what is."""
+
+
+class RobotUnreachableError(RealRobotError, ConnectionError):
+    """The robot did not answer: refused, unknown host, or silent past the connect deadline."""
+
+
+class MotionError(RealRobotError, RuntimeError):
+    """The robot aborted or refused a motion (a reflex, a preempted move); call ``recover()``."""
+
+
+class UnsafeActionError(RealRobotError, ValueError):
+    """An action the safety layer refuses outright (NaN, inf, wrong shape); nothing was sent."""
+
+
+class SafetyBypassError(RealRobotError, RuntimeError):
+    """A motion command reached an arm without passing through its ``SafetyLayer``."""
+
+
+class StaleFrameError(RealRobotError, TimeoutError):
+    """The newest camera frame is older than allowed, or no frame arrived in time."""
+
+
+class MissingExtraError(RealRobotError, ImportError):
+    """A vendor SDK is not installed; the message names the pip extra that provides it."""
+
+    def __init__(self, module: str, extra: str = "robot", cause: BaseException | None = None):
+        detail = f" ({cause})" if cause is not None else ""
+        super().__init__(f"{module} is not installed{detail}; install it with: pip install \"vla-rl[{extra}]\" "
+                         f"(or: bash scripts/setup.sh {extra})")
+        self.module = module
+        self.extra = extra
+
+
+def require_module(module: str, extra: str = "robot"):
+    """Import a vendor SDK or raise ``MissingExtraError`` naming the extra that installs it.
+
+    Args:
+        module: the module to import, e.g. ``"franky"``.
+        extra: the pip extra of vla-rl that provides it.
+
+    Returns:
+        The imported module.
+
+    Raises:
+        MissingExtraError: the module cannot be imported.
+    """
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise MissingExtraError(module, extra, e) from e

@@ -1,0 +1,481 @@
+"""The safety layer between a policy and an ``Arm``: the only way commands reach the arm.
+
+``SafetyLayer.send_action`` takes one normalised twin action ``[7]`` (``real_robot.twin_action``),
+refuses NaN / inf (stops the arm, sends nothing, raises), limits the step to the per-step caps, the
+workspace box and the orientation window, rate-limits gripper changes, sends it (or only logs it in
+dry-run mode) and returns what was really sent. Every clamp is counted by kind for episode info. A
+watchdog thread stops the arm when no action follows within ``watchdog_timeout_s``.
+
+The step limiting is a pure function (``limit_step``) of the step, the current TCP pose and the
+limits: the guarantees below are properties of that function.
+
+- A step never exceeds ``max_translation_per_step_m`` (norm) or ``max_rotation_per_step_rad``.
+- From inside the box, the commanded TCP position stays inside; from outside, no axis moves further
+  out (the arm can always be brought back).
+- Likewise for the orientation window (tilt of the TCP's z axis from the reference orientation, and
+  yaw about the reference z axis): inside stays inside, outside never gets further out.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+import time
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from real_robot.errors import UnsafeActionError
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from real_robot.arm import Arm, ArmObservation
+
+logger = logging.getLogger(__name__)
+
+CLAMP_KINDS = ("action_range", "translation_cap", "workspace", "rotation_cap", "orientation", "gripper_rate",
+               "non_finite", "watchdog")
+"""Every kind ``SafetyLayer.clamp_counts`` counts."""
+
+FRANKA_HOME_JOINT_POSITIONS_RAD = (0.0, -math.pi / 4, 0.0, -3 * math.pi / 4, 0.0, math.pi / 2, math.pi / 4)
+
+
+@dataclass(kw_only=True)
+class SafetyLimits:
+    """What the safety layer allows. The defaults are deliberately slow and small: widen them per
+    cell, after a dry run, in a file loaded with ``SafetyLimits.from_file``."""
+
+    workspace_min_m: tuple[float, float, float] = (0.30, -0.30, 0.10)
+    """Lower corner of the box the TCP stays in (robot base frame, m). Measure it on the cell."""
+    workspace_max_m: tuple[float, float, float] = (0.70, 0.30, 0.55)
+    """Upper corner of that box (m)."""
+    reference_quaternion_wxyz: tuple[float, float, float, float] = (0.0, 1.0, 0.0, 0.0)
+    """Centre of the orientation window: the TCP pointing down, its x axis along the base's x."""
+    max_tilt_rad: float = 0.6
+    """Largest angle between the TCP's z axis and the reference's z axis, in (0, pi/2)."""
+    max_yaw_rad: float = 1.6
+    """Largest rotation about the reference's z axis (either way), in (0, pi]."""
+    max_translation_per_step_m: float = 0.02
+    """Largest TCP displacement of one step (norm)."""
+    max_rotation_per_step_rad: float = 0.05
+    """Largest TCP rotation of one step (angle)."""
+    max_relative_dynamics_factor: float = 0.2
+    """Largest speed scale (fraction of the arm's max velocity, acceleration and jerk) the layer accepts
+    an arm configured with, in (0, 1]."""
+    gripper_min_interval_s: float = 1.0
+    """Least time between two gripper state changes; faster flips are held (counted as gripper_rate)."""
+    watchdog_timeout_s: float = 1.0
+    """Stop the arm when no action follows the last one within this long."""
+    dry_run: bool = False
+    """Log every command instead of sending it: the arm is read, never moved."""
+    home_joint_positions_rad: tuple[float, ...] = FRANKA_HOME_JOINT_POSITIONS_RAD
+    """Where ``SafetyLayer.home()`` moves the arm (joint space, 7 values)."""
+
+    def __post_init__(self) -> None:
+        self.workspace_min_m = _floats("workspace_min_m", self.workspace_min_m, 3)
+        self.workspace_max_m = _floats("workspace_max_m", self.workspace_max_m, 3)
+        for axis, lo, hi in zip("xyz", self.workspace_min_m, self.workspace_max_m):
+            if not lo < hi:
+                raise ValueError(f"workspace_min_m/workspace_max_m: the {axis} range [{lo}, {hi}] is empty; "
+                                 f"each min must be below its max")
+        q = _floats("reference_quaternion_wxyz", self.reference_quaternion_wxyz, 4)
+        norm = math.sqrt(sum(v * v for v in q))
+        if abs(norm - 1.0) > 1e-3:
+            raise ValueError(f"reference_quaternion_wxyz={q}: a unit quaternion (w, x, y, z), norm 1 (got {norm:.4f})")
+        self.reference_quaternion_wxyz = tuple(v / norm for v in q)
+        _in_range("max_tilt_rad", self.max_tilt_rad, 0.0, math.pi / 2, hi_closed=False)
+        _in_range("max_yaw_rad", self.max_yaw_rad, 0.0, math.pi)
+        _in_range("max_translation_per_step_m", self.max_translation_per_step_m, 0.0, 0.2)
+        _in_range("max_rotation_per_step_rad", self.max_rotation_per_step_rad, 0.0, 1.0)
+        _in_range("max_relative_dynamics_factor", self.max_relative_dynamics_factor, 0.0, 1.0)
+        _in_range("watchdog_timeout_s", self.watchdog_timeout_s, 0.0, 60.0)
+        if not (isinstance(self.gripper_min_interval_s, (int, float)) and 0.0 <= self.gripper_min_interval_s < 60.0):
+            raise ValueError(f"gripper_min_interval_s={self.gripper_min_interval_s!r}: seconds in [0, 60)")
+        if not isinstance(self.dry_run, bool):
+            raise ValueError(f"dry_run={self.dry_run!r}: true or false")
+        self.home_joint_positions_rad = _floats("home_joint_positions_rad", self.home_joint_positions_rad, 7)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> "SafetyLimits":
+        """Load limits from a YAML (``.yaml``/``.yml``) or JSON (``.json``) mapping; absent keys keep
+        their defaults.
+
+        Raises:
+            ValueError: an unknown key (the message lists the allowed ones), a bad value, or another
+                file type.
+            FileNotFoundError: no such file.
+        """
+        path = Path(path)
+        text = path.read_text()
+        if path.suffix in (".yaml", ".yml"):
+            import yaml
+
+            data = yaml.safe_load(text)
+        elif path.suffix == ".json":
+            data = json.loads(text)
+        else:
+            raise ValueError(f"{path}: safety limits are read from .yaml, .yml or .json files")
+        data = {} if data is None else data
+        if not isinstance(data, dict):
+            raise ValueError(f"{path}: a mapping of limit names to values, got {type(data).__name__}")
+        allowed = [f.name for f in fields(cls)]
+        unknown = sorted(set(data) - set(allowed))
+        if unknown:
+            raise ValueError(f"{path}: unknown safety limit(s) {unknown}; allowed: {allowed}")
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+
+
+def _floats(name: str, value: Any, n: int) -> tuple[float, ...]:
+    try:
+        out = tuple(float(v) for v in value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}={value!r}: {n} numbers") from None
+    if len(out) != n or not all(math.isfinite(v) for v in out):
+        raise ValueError(f"{name}={value!r}: {n} finite numbers")
+    return out
+
+
+def _in_range(name: str, value: Any, lo: float, hi: float, hi_closed: bool = True) -> None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and lo < value and (
+        value <= hi if hi_closed else value < hi)
+    if not ok:
+        raise ValueError(f"{name}={value!r}: a number in ({lo:g}, {hi:g}{']' if hi_closed else ')'}")
+
+
+# ----- the pure step limiter -------------------------------------------------------------------
+
+def orientation_excess_rad(R_base_from_tcp: Any, limits: SafetyLimits) -> float:
+    """How far (rad) an orientation lies outside the window; 0 inside. The larger of the tilt excess
+    (TCP z axis vs the reference's) and the yaw excess (about the reference's z axis)."""
+    import numpy as np
+
+    from real_robot.transforms import quaternion_wxyz_to_matrix
+
+    R_ref_from_tcp = quaternion_wxyz_to_matrix(limits.reference_quaternion_wxyz).T @ np.asarray(R_base_from_tcp)
+    tilt = math.acos(max(-1.0, min(1.0, float(R_ref_from_tcp[2, 2]))))
+    # the TCP x axis' heading in the reference's xy plane (well defined while tilt < pi/2)
+    yaw = math.atan2(float(R_ref_from_tcp[1, 0]), float(R_ref_from_tcp[0, 0]))
+    return max(0.0, tilt - limits.max_tilt_rad, abs(yaw) - limits.max_yaw_rad)
+
+
+def limit_step(translation_m: Any, R_delta: Any, T_base_from_tcp: Any,
+               limits: SafetyLimits) -> tuple[Any, Any, list[str]]:
+    """Limit one relative step to the caps, the workspace box and the orientation window.
+
+    Args:
+        translation_m: ``[3]`` wanted TCP displacement, base frame.
+        R_delta: ``[3, 3]`` wanted rotation, base-aligned, about the TCP (new R = R_delta @ R).
+        T_base_from_tcp: ``[4, 4]`` the TCP pose now.
+        limits: the limits.
+
+    Returns:
+        ``(translation_m [3], R_delta [3, 3], clamps)``: the step to send and the kinds clamped.
+    """
+    import numpy as np
+
+    from real_robot.transforms import matrix_to_rotvec, rotvec_to_matrix
+
+    clamps: list[str] = []
+    t = np.array(translation_m, dtype=np.float64).reshape(3)
+    p = np.asarray(T_base_from_tcp, dtype=np.float64)[:3, 3]
+    R = np.asarray(T_base_from_tcp, dtype=np.float64)[:3, :3]
+
+    norm = float(np.linalg.norm(t))
+    if norm > limits.max_translation_per_step_m * (1 + 1e-9):  # not for float noise (0.2 * 0.1 > 0.02)
+        t *= limits.max_translation_per_step_m / norm
+        clamps.append("translation_cap")
+    # Per axis, the target may not leave [min, max], widened to include where the TCP is now: inside
+    # stays inside, outside only comes back. Clipping toward p never lengthens t, so the cap holds.
+    lo = np.minimum(np.asarray(limits.workspace_min_m), p)
+    hi = np.maximum(np.asarray(limits.workspace_max_m), p)
+    target = np.clip(p + t, lo, hi)
+    if np.any(target != p + t):
+        clamps.append("workspace")
+    t = target - p
+
+    rotvec = matrix_to_rotvec(R_delta)
+    angle = float(np.linalg.norm(rotvec))
+    if angle > limits.max_rotation_per_step_rad * (1 + 1e-9):
+        rotvec *= limits.max_rotation_per_step_rad / angle
+        clamps.append("rotation_cap")
+    allowed = max(0.0, orientation_excess_rad(R, limits)) + 1e-9
+    if orientation_excess_rad(rotvec_to_matrix(rotvec) @ R, limits) > allowed:
+        # The largest fraction of the rotation that keeps the window; s = 0 (no rotation) always does.
+        ok, bad = 0.0, 1.0
+        for _ in range(30):
+            mid = 0.5 * (ok + bad)
+            if orientation_excess_rad(rotvec_to_matrix(mid * rotvec) @ R, limits) <= allowed:
+                ok = mid
+            else:
+                bad = mid
+        rotvec = ok * rotvec
+        clamps.append("orientation")
+    return t, rotvec_to_matrix(rotvec), clamps
+
+
+# ----- the watchdog --------------------------------------------------------------------------
+
+class Watchdog:
+    """Calls ``on_timeout`` once when ``kick()`` is not called again within ``timeout_s``.
+
+    Disarmed until the first ``kick()``; fires once per silence (then disarmed until the next kick).
+    """
+
+    def __init__(self, timeout_s: float, on_timeout: Callable[[], None], name: str = "safety-watchdog"):
+        self.timeout_s = float(timeout_s)
+        self._on_timeout = on_timeout
+        self._cond = threading.Condition()
+        self._deadline_s: float | None = None
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def kick(self) -> None:
+        """Arm (or re-arm) the deadline: ``timeout_s`` from now."""
+        with self._cond:
+            self._deadline_s = time.monotonic() + self.timeout_s
+            self._cond.notify()
+
+    def disarm(self) -> None:
+        """No deadline until the next ``kick()``."""
+        with self._cond:
+            self._deadline_s = None
+            self._cond.notify()
+
+    def close(self) -> None:
+        """End the thread (waits for it)."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._closed:
+                    if self._deadline_s is None:
+                        self._cond.wait()
+                        continue
+                    remaining = self._deadline_s - time.monotonic()
+                    if remaining <= 0:
+                        break
+                    self._cond.wait(remaining)
+                if self._closed:
+                    return
+                self._deadline_s = None
+            try:
+                self._on_timeout()
+            except Exception:  # a failing stop must not kill the thread that would stop the next time
+                logger.exception("the watchdog's stop failed")
+
+
+# ----- the layer ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SentCommand:
+    """What ``SafetyLayer.send_action`` really sent (or, in dry-run mode, would have sent)."""
+
+    action: "np.ndarray"
+    """The normalised twin action ``[7]`` of the step sent (float32; gripper -1 open / +1 close)."""
+    translation_m: "np.ndarray"
+    """``[3]`` TCP displacement, base frame."""
+    rotation_rotvec_rad: "np.ndarray"
+    """``[3]`` rotation about the TCP, base-aligned axes."""
+    gripper_close: bool
+    """The gripper state after this step."""
+    gripper_changed: bool
+    """Whether a gripper command was sent."""
+    T_base_from_tcp_target: "np.ndarray"
+    """``[4, 4]`` the TCP pose this step aims at."""
+    clamps: tuple[str, ...] = field(default=())
+    """The kinds of limit that changed this step (empty: sent as asked)."""
+    dry_run: bool = False
+    """True: nothing reached the arm."""
+
+
+class SafetyLayer:
+    """The one path from a policy to an ``Arm``.
+
+    Example:
+        >>> with FrankyArm(FrankyArmConfig(robot_ip="172.16.0.2")) as arm:   # doctest: +SKIP
+        ...     with SafetyLayer(arm, SafetyLimits.from_file("cell_limits.yaml")) as safe:
+        ...         safe.home()
+        ...         sent = safe.send_action(policy(obs))
+    """
+
+    def __init__(self, arm: "Arm", limits: SafetyLimits):
+        """
+        Args:
+            arm: the arm; from now on its motion commands need this layer's permit.
+            limits: what is allowed.
+
+        Raises:
+            ValueError: the arm is configured faster than ``limits.max_relative_dynamics_factor``.
+            SafetyBypassError: the arm already has a safety layer.
+        """
+        if arm.relative_dynamics_factor > limits.max_relative_dynamics_factor:
+            raise ValueError(f"{arm} moves with relative_dynamics_factor={arm.relative_dynamics_factor}, above "
+                             f"max_relative_dynamics_factor={limits.max_relative_dynamics_factor} of the safety "
+                             f"limits: lower the arm's factor or raise the limit")
+        self.arm = arm
+        self.limits = limits
+        self._permit = object()
+        arm._attach_safety(self._permit)
+        self._command_lock = threading.Lock()
+        self._counts_lock = threading.Lock()
+        self.clamp_counts: dict[str, int] = {kind: 0 for kind in CLAMP_KINDS}
+        self._warned: set[str] = set()
+        self._gripper_closed: bool | None = None
+        self._gripper_changed_s = -math.inf
+        self.last_watchdog_trip_s: float | None = None
+        self._watchdog = Watchdog(limits.watchdog_timeout_s, self._on_watchdog)
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"SafetyLayer({self.arm}{', dry run' if self.limits.dry_run else ''})"
+
+    def __enter__(self) -> "SafetyLayer":
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop the arm, end the watchdog and release the arm (it then refuses motion commands)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._watchdog.close()
+        if self.arm.is_connected:
+            self.arm.stop()
+        self.arm._detach_safety(self._permit)
+
+    # ----- reading and stopping pass straight through ------------------------------------------
+    def observation(self) -> "ArmObservation":
+        """The arm's current state (``Arm.observation``)."""
+        return self.arm.observation()
+
+    def stop(self) -> None:
+        """Stop the arm now."""
+        self.arm.stop()
+
+    def recover(self) -> bool:
+        """``Arm.recover``: clear an error state."""
+        return self.arm.recover()
+
+    def pop_clamp_counts(self) -> dict[str, int]:
+        """The clamp counts since the last call (for an episode's info), then zero them."""
+        with self._counts_lock:
+            counts = dict(self.clamp_counts)
+            self.clamp_counts = {kind: 0 for kind in CLAMP_KINDS}
+            self._warned.clear()
+        return counts
+
+    def _count(self, kinds: list[str] | tuple[str, ...]) -> None:
+        with self._counts_lock:
+            for kind in kinds:
+                self.clamp_counts[kind] += 1
+                if kind not in self._warned:  # one warning per kind until the counts are popped
+                    self._warned.add(kind)
+                    logger.warning("safety: %s limited a command (counted in clamp_counts)", kind)
+
+    # ----- commands --------------------------------------------------------------------------------
+    def send_action(self, action: Any) -> SentCommand:
+        """Limit one normalised twin action and send it.
+
+        Args:
+            action: ``[7]`` floats: translation (3), rotation (3), gripper (-1 open, +1 close); see
+                ``real_robot.twin_action`` for the scale and frames.
+
+        Returns:
+            What was sent (in dry-run mode: what would have been).
+
+        Raises:
+            UnsafeActionError: not 7 finite numbers; the arm was stopped and nothing was sent.
+            DeviceNotConnectedError: the arm is not connected.
+            MotionError: the arm aborted the motion.
+        """
+        import numpy as np
+
+        from real_robot.transforms import matrix_to_rotvec, pose_matrix
+        from real_robot.twin_action import action_to_step, step_to_action
+
+        self._check_open()
+        try:
+            values = np.asarray(action, dtype=np.float64)
+        except (TypeError, ValueError):
+            values = None
+        if values is None or values.shape != (7,):
+            self.arm.stop()
+            raise UnsafeActionError(f"an action is 7 numbers (translation 3, rotation 3, gripper 1), got "
+                                    f"{action!r}; nothing was sent and the arm was stopped")
+        bad = np.flatnonzero(~np.isfinite(values))
+        if bad.size:
+            self.arm.stop()
+            self._count(["non_finite"])
+            raise UnsafeActionError(f"action {values.tolist()} has non-finite values at indices {bad.tolist()}; "
+                                    f"nothing was sent and the arm was stopped")
+
+        with self._command_lock:
+            self._watchdog.disarm()  # the deadline counts from the end of this command
+            try:
+                obs = self.arm.observation()
+                translation, R_delta, close, out_of_range = action_to_step(values)
+                clamps = ["action_range"] if out_of_range else []
+                translation, R_delta, step_clamps = limit_step(translation, R_delta, obs.T_base_from_tcp, self.limits)
+                clamps += step_clamps
+                gripper_changed = close != self._gripper_closed
+                if gripper_changed and self._gripper_closed is not None and (
+                        time.monotonic() - self._gripper_changed_s < self.limits.gripper_min_interval_s):
+                    close, gripper_changed = self._gripper_closed, False
+                    clamps.append("gripper_rate")
+                rotvec = matrix_to_rotvec(R_delta)
+                T_target = pose_matrix(obs.T_base_from_tcp[:3, 3] + translation, R_delta @ obs.T_base_from_tcp[:3, :3])
+                sent = SentCommand(action=step_to_action(translation, R_delta, close), translation_m=translation,
+                                   rotation_rotvec_rad=rotvec, gripper_close=close, gripper_changed=gripper_changed,
+                                   T_base_from_tcp_target=T_target, clamps=tuple(clamps), dry_run=self.limits.dry_run)
+                self._count(clamps)
+                if self.limits.dry_run:
+                    logger.info("dry run: would move the TCP by %s m, rotate by %s rad%s", np.round(translation, 4),
+                                np.round(rotvec, 4), f", {'close' if close else 'open'} the gripper" if gripper_changed
+                                else "")
+                else:
+                    self.arm.move_relative(translation, rotvec, permit=self._permit)
+                    if gripper_changed:
+                        self.arm.set_gripper(close, permit=self._permit)
+                if gripper_changed:
+                    self._gripper_closed = close
+                    self._gripper_changed_s = time.monotonic()
+                return sent
+            finally:
+                self._watchdog.kick()
+
+    def home(self) -> None:
+        """Move to ``limits.home_joint_positions_rad`` (joint space, the arm's dynamics factor). The
+        watchdog is paused until the next action. In dry-run mode only logs."""
+        self._check_open()
+        with self._command_lock:
+            self._watchdog.disarm()
+            if self.limits.dry_run:
+                logger.info("dry run: would move home to %s", self.limits.home_joint_positions_rad)
+                return
+            self.arm.move_to_joint_positions(self.limits.home_joint_positions_rad, permit=self._permit)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"{self} is closed; make a new SafetyLayer")
+
+    def _on_watchdog(self) -> None:
+        # An action arriving right now holds the lock: it is not silence, let it through.
+        if not self._command_lock.acquire(blocking=False):
+            return
+        try:
+            self.last_watchdog_trip_s = time.monotonic()
+            logger.warning("safety watchdog: no action within %.3f s, stopping the arm", self.limits.watchdog_timeout_s)
+            self.arm.stop()
+            self._count(["watchdog"])
+        finally:
+            self._command_lock.release()

@@ -1,0 +1,152 @@
+"""FrankyArm against franky-sim over libfranka's real protocol: connecting (and failing to), reading
+the state, relative steps in the twin's frames, the gripper, stop and recover."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from real_robot.errors import (DeviceAlreadyConnectedError, DeviceNotConnectedError, MotionError,
+                               RobotUnreachableError, SafetyBypassError)
+from real_robot.franky_arm import FrankyArm, FrankyArmConfig
+from real_robot.transforms import euler_xyz_to_matrix, rotation_angle
+
+
+def test_features_are_known_while_disconnected():
+    arm = FrankyArm(FrankyArmConfig(robot_ip="172.16.0.2"))
+    assert not arm.is_connected
+    assert arm.observation_features == {"joint_positions_rad": (7,), "gripper_width_m": float,
+                                        "tcp_position_m": (3,), "tcp_quaternion_wxyz": (4,)}
+    assert set(arm.action_features) == {"translation_m", "rotation_rotvec_rad", "gripper_close"}
+    with pytest.raises(DeviceNotConnectedError, match=r"FrankyArm\(172.16.0.2\) is not connected"):
+        arm.observation()
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("robot_ip", "", "robot_ip='': a hostname or IP address"),
+    ("robot_ip", "127.0.0.1:1337", "libfranka uses fixed ports"),
+    ("relative_dynamics_factor", 0.0, r"relative_dynamics_factor=0.0: a number in \(0, 1\]"),
+    ("relative_dynamics_factor", 1.5, r"relative_dynamics_factor=1.5: a number in \(0, 1\]"),
+    ("connect_timeout_s", -1, r"connect_timeout_s=-1: a number in \(0, 60\]"),
+])
+def test_config_refuses_bad_values(field, value, message):
+    with pytest.raises(ValueError, match=message):
+        FrankyArmConfig(**{"robot_ip": "172.16.0.2", field: value})
+
+
+def test_connect_and_observation(homed_layer, home_tcp_position_m):
+    arm = homed_layer.arm
+    obs = arm.observation()
+    values = obs.as_dict()
+    assert set(values) == set(arm.observation_features)
+    for key, feature in arm.observation_features.items():
+        assert np.shape(values[key]) == (() if feature is float else feature), key
+    # the TCP, not the flange: libfranka's Franka Hand frame, 0.1034 m beyond the flange
+    np.testing.assert_allclose(obs.tcp_position_m, home_tcp_position_m, atol=0.003)
+    # pointing down with its x axis along the base's x, as the twin's panda_hand_tcp at rest
+    assert rotation_angle(obs.T_base_from_tcp[:3, :3].T @ np.diag([1.0, -1.0, -1.0])) < np.radians(1.0)
+    np.testing.assert_allclose(abs(obs.tcp_quaternion_wxyz), [0, 1, 0, 0], atol=0.01)
+    np.testing.assert_allclose(obs.joint_positions_rad, homed_layer.limits.home_joint_positions_rad, atol=0.05)
+    assert 0.0 <= obs.gripper_width_m <= 0.081
+    with pytest.raises(DeviceAlreadyConnectedError):
+        arm.connect()
+
+
+def test_relative_translation_moves_the_tcp_by_that_much_in_the_base_frame(homed_layer):
+    wanted_m = np.array([0.02, -0.025, 0.015])
+    before = homed_layer.observation().T_base_from_tcp
+    sent = homed_layer.send_action([*(wanted_m / 0.1), 0, 0, 0, -1])
+    after = homed_layer.observation().T_base_from_tcp
+    assert sent.clamps == ()
+    np.testing.assert_allclose(sent.translation_m, wanted_m, atol=1e-9)
+    np.testing.assert_allclose(after[:3, 3] - before[:3, 3], wanted_m, atol=0.002)
+    assert rotation_angle(after[:3, :3].T @ before[:3, :3]) < np.radians(0.5)
+
+
+@pytest.mark.parametrize("rotation_action", [(0, 0, 0.6), (0.5, 0, 0), (0.3, -0.4, 0.5)])
+def test_rotation_step_turns_about_the_tcp_with_base_aligned_axes(homed_layer, rotation_action):
+    before = homed_layer.observation().T_base_from_tcp
+    sent = homed_layer.send_action([0, 0, 0, *rotation_action, -1])
+    after = homed_layer.observation().T_base_from_tcp
+    # the twin: R_new = euler_xyz(-0.1 * a) @ R_old, the position unchanged
+    R_expected = euler_xyz_to_matrix(-0.1 * np.asarray(rotation_action)) @ before[:3, :3]
+    assert sent.clamps == ()
+    assert rotation_angle(after[:3, :3].T @ R_expected) < np.radians(0.3)
+    assert rotation_angle(after[:3, :3].T @ before[:3, :3]) > 0.03  # it did turn
+    np.testing.assert_allclose(after[:3, 3], before[:3, 3], atol=0.002)
+
+
+def test_gripper_closes_and_opens(homed_layer):
+    homed_layer.send_action([0, 0, 0, 0, 0, 0, 1.0])
+    assert homed_layer.observation().gripper_width_m < 0.005
+    homed_layer.send_action([0, 0, 0, 0, 0, 0, -1.0])
+    assert homed_layer.observation().gripper_width_m > 0.07
+
+
+def test_motion_commands_without_the_safety_layer_are_refused(homed_layer):
+    arm = homed_layer.arm
+    before = arm.observation().tcp_position_m
+    with pytest.raises(SafetyBypassError, match="through SafetyLayer"):
+        arm.move_relative([0.03, 0, 0], [0, 0, 0])
+    with pytest.raises(SafetyBypassError):
+        arm.move_relative([0.03, 0, 0], [0, 0, 0], permit=object())
+    with pytest.raises(SafetyBypassError):
+        arm.set_gripper(True)
+    with pytest.raises(SafetyBypassError):
+        arm.move_to_joint_positions([0.0] * 7)
+    time.sleep(0.2)
+    np.testing.assert_allclose(arm.observation().tcp_position_m, before, atol=1e-4)
+
+
+def test_stop_aborts_a_running_step_and_recover_makes_the_arm_usable(layer_factory, settled):
+    # slow synchronous steps, stopped from another thread as an operator's stop would
+    with layer_factory({"relative_dynamics_factor": 0.1}) as layer:
+        start = layer.observation().tcp_position_m
+        timer = threading.Timer(0.15, layer.stop)
+        timer.start()
+        with pytest.raises(MotionError, match="recover"):
+            layer.send_action([0.4, 0, 0, 0, 0, 0, -1])
+        timer.join()
+        stopped = settled(layer)
+        assert stopped[0] - start[0] < 0.035  # stopped before the 4 cm target
+        assert layer.recover() is True
+        layer.send_action([0, 0.2, 0, 0, 0, 0, -1])
+        np.testing.assert_allclose(layer.observation().tcp_position_m - stopped, [0, 0.02, 0], atol=0.002)
+
+
+def test_closed_port_fails_fast_naming_the_address(free_address):
+    arm = FrankyArm(FrankyArmConfig(robot_ip=free_address, ignore_realtime=True))
+    start = time.monotonic()
+    with pytest.raises(RobotUnreachableError, match=f"robot at {free_address}"):
+        arm.connect()
+    assert time.monotonic() - start < 0.5
+    assert not arm.is_connected
+
+
+def test_silent_peer_fails_within_the_connect_timeout(free_address):
+    # a host that accepts on libfranka's port and never answers: franky alone would wait forever
+    with socket.socket() as listener:
+        listener.bind((free_address, 1337))
+        listener.listen(4)
+        arm = FrankyArm(FrankyArmConfig(robot_ip=free_address, ignore_realtime=True, connect_timeout_s=1.0))
+        start = time.monotonic()
+        with pytest.raises(RobotUnreachableError, match=f"{free_address}.*connect_timeout_s=1 s"):
+            arm.connect()
+        elapsed_s = time.monotonic() - start
+    assert 1.0 <= elapsed_s < 1.5
+    assert not arm.is_connected
+
+
+def test_missing_franky_names_the_extra(tmp_path):
+    code = ("import sys; sys.modules['franky'] = None\n"
+            "from real_robot.franky_arm import FrankyArm, FrankyArmConfig\n"
+            "FrankyArm(FrankyArmConfig(robot_ip='172.16.0.2')).connect()\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+    assert "MissingExtraError" in result.stderr and 'pip install "vla-rl[robot]"' in result.stderr

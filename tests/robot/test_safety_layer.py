@@ -1,0 +1,141 @@
+"""SafetyLayer on franky-sim: what reaches the arm, what never does, and the watchdog."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from real_robot.errors import SafetyBypassError, UnsafeActionError
+from real_robot.franky_arm import FrankyArm, FrankyArmConfig
+from real_robot.safety import SafetyLayer, SafetyLimits
+from real_robot.transforms import rotation_angle
+
+TRACKING_TOLERANCE_M = 0.002
+
+
+def test_layer_refuses_an_arm_faster_than_the_limits():
+    arm = FrankyArm(FrankyArmConfig(robot_ip="172.16.0.2", relative_dynamics_factor=0.5))
+    with pytest.raises(ValueError, match=r"relative_dynamics_factor=0.5, above max_relative_dynamics_factor=0.2"):
+        SafetyLayer(arm, SafetyLimits())
+
+
+def test_one_arm_takes_one_layer():
+    arm = FrankyArm(FrankyArmConfig(robot_ip="172.16.0.2"))
+    with SafetyLayer(arm, SafetyLimits()):
+        with pytest.raises(SafetyBypassError, match="one arm takes one safety layer"):
+            SafetyLayer(arm, SafetyLimits())
+    SafetyLayer(arm, SafetyLimits()).close()  # released on close
+
+
+@pytest.mark.parametrize("bad", [
+    [np.nan, 0, 0, 0, 0, 0, 0],
+    [0, 0, 0, 0, 0, np.inf, 0],
+    [0, 0, 0, 0, 0, 0, -np.inf],
+])
+def test_non_finite_action_stops_the_arm_and_sends_nothing(layer_factory, settled, bad):
+    # asynchronous steps: a valid step is still running when the bad action arrives
+    with layer_factory({"relative_dynamics_factor": 0.1, "wait_for_motion": False}) as layer:
+        start = layer.observation().tcp_position_m
+        layer.send_action([0.4, 0, 0, 0, 0, 0, -1])
+        time.sleep(0.1)
+        with pytest.raises(UnsafeActionError, match="non-finite values.*nothing was sent and the arm was stopped"):
+            layer.send_action(bad)
+        end = settled(layer)
+        assert end[0] - start[0] < 0.04 - 0.005  # the running step was cut short
+        np.testing.assert_allclose(end[1:], start[1:], atol=TRACKING_TOLERANCE_M)  # and nothing else was sent
+        assert layer.pop_clamp_counts()["non_finite"] == 1
+
+
+@pytest.mark.parametrize("bad", [[0.1] * 6, [[0.1] * 7], "forward"])
+def test_malformed_action_is_refused(homed_layer, bad):
+    before = homed_layer.observation().tcp_position_m
+    with pytest.raises(UnsafeActionError, match="an action is 7 numbers"):
+        homed_layer.send_action(bad)
+    np.testing.assert_allclose(homed_layer.observation().tcp_position_m, before, atol=1e-4)
+
+
+def test_adversarial_actions_never_leave_the_box_or_exceed_the_caps(layer_factory, home_tcp_position_m):
+    home = np.asarray(home_tcp_position_m)
+    limits = dict(workspace_min_m=tuple(home - 0.02), workspace_max_m=tuple(home + 0.02),
+                  max_translation_per_step_m=0.02, max_rotation_per_step_rad=0.05)
+    with layer_factory(**limits) as layer:
+        lo, hi = np.asarray(layer.limits.workspace_min_m), np.asarray(layer.limits.workspace_max_m)
+        # huge pushes toward one corner, then the opposite one: every face of the box is hit. Four
+        # capped diagonal steps (1.15 cm per axis) cross the 4 cm box.
+        for direction in ([1, 1, 1], [-1, -1, -1], [1, -1, 1]):
+            for _ in range(4):
+                before = layer.observation().T_base_from_tcp
+                sent = layer.send_action([*(1e3 * np.asarray(direction)), 50.0, -50.0, 50.0, 1e6])
+                after = layer.observation().T_base_from_tcp
+                assert "action_range" in sent.clamps
+                assert np.linalg.norm(sent.translation_m) <= 0.02 + 1e-9
+                assert np.linalg.norm(after[:3, 3] - before[:3, 3]) <= 0.02 + TRACKING_TOLERANCE_M
+                assert rotation_angle(after[:3, :3].T @ before[:3, :3]) <= 0.05 + np.radians(0.3)
+                assert np.all(after[:3, 3] >= lo - TRACKING_TOLERANCE_M)
+                assert np.all(after[:3, 3] <= hi + TRACKING_TOLERANCE_M)
+            # it got to the corner: the box is enforced, not just never reached
+            corner = np.where(np.asarray(direction) > 0, hi, lo)
+            np.testing.assert_allclose(layer.observation().tcp_position_m, corner, atol=TRACKING_TOLERANCE_M)
+        counts = layer.pop_clamp_counts()
+        assert counts["workspace"] >= 3 and counts["action_range"] == 12 and counts["rotation_cap"] >= 1
+
+
+def test_watchdog_stops_a_motion_no_action_follows(layer_factory, settled):
+    timeout_s = 0.15
+    with layer_factory({"relative_dynamics_factor": 0.05, "wait_for_motion": False},
+                       watchdog_timeout_s=timeout_s) as layer:
+        start = layer.observation().tcp_position_m
+        layer.send_action([0.5, 0, 0, 0, 0, 0, -1])  # 5 cm, slow: about a second without a stop
+        sent_s = time.monotonic()
+        time.sleep(timeout_s + 0.3)
+        assert layer.last_watchdog_trip_s is not None
+        assert timeout_s - 0.01 <= layer.last_watchdog_trip_s - sent_s <= timeout_s + 0.1
+        end = settled(layer)
+        assert end[0] - start[0] < 0.05 - 0.01
+        assert layer.pop_clamp_counts()["watchdog"] == 1
+
+
+def test_watchdog_stays_quiet_while_actions_keep_coming(layer_factory):
+    with layer_factory(home=False, watchdog_timeout_s=0.3) as layer:
+        for _ in range(6):
+            layer.send_action([0, 0, 0, 0, 0, 0, -1])
+            time.sleep(0.1)
+        assert layer.last_watchdog_trip_s is None
+        time.sleep(0.45)
+        assert layer.last_watchdog_trip_s is not None
+
+
+def test_dry_run_sends_nothing(layer_factory):
+    with layer_factory(dry_run=True, home=False) as layer:
+        before = layer.observation()
+        for action in ([1, 0, 0, 0, 0, 1, 1], [0, -1, 0.5, 0.5, 0, 0, -1], [0, 0, -1, 0, 0, 0, 1]):
+            sent = layer.send_action(action)
+            assert sent.dry_run and np.linalg.norm(sent.translation_m) > 0.01
+        layer.home()
+        after = layer.observation()
+    np.testing.assert_allclose(after.T_base_from_tcp, before.T_base_from_tcp, atol=1e-4)
+    assert abs(after.gripper_width_m - before.gripper_width_m) < 1e-4
+
+
+def test_gripper_changes_are_rate_limited(layer_factory):
+    with layer_factory(dry_run=True, home=False, gripper_min_interval_s=0.3) as layer:
+        assert layer.send_action([0, 0, 0, 0, 0, 0, 1]).gripper_changed  # the first command always goes
+        held = layer.send_action([0, 0, 0, 0, 0, 0, -1])
+        assert not held.gripper_changed and held.gripper_close and "gripper_rate" in held.clamps
+        time.sleep(0.35)
+        later = layer.send_action([0, 0, 0, 0, 0, 0, -1])
+        assert later.gripper_changed and not later.gripper_close
+        assert layer.pop_clamp_counts()["gripper_rate"] == 1
+        assert layer.pop_clamp_counts()["gripper_rate"] == 0  # popped: counts restart per episode
+
+
+def test_sent_action_is_what_the_twin_would_execute(homed_layer):
+    # inside every limit the step is sent as asked, and `action` maps back to the same action
+    action = np.array([0.1, -0.2, 0.05, 0.2, -0.1, 0.3, 1.0], dtype=np.float32)
+    sent = homed_layer.send_action(action)
+    assert sent.clamps == ()
+    np.testing.assert_allclose(sent.action, action, atol=1e-6)
+    np.testing.assert_allclose(homed_layer.observation().T_base_from_tcp, sent.T_base_from_tcp_target, atol=0.002)
+

@@ -1,0 +1,235 @@
+"""The safety limits and the pure step limiter: validation, loading, and the guarantees as properties
+over adversarial steps (hypothesis), plus the watchdog thread on its own."""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+
+import numpy as np
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from real_robot.safety import SafetyLimits, Watchdog, limit_step, orientation_excess_rad
+from real_robot.transforms import pose_matrix, quaternion_wxyz_to_matrix, rotation_angle, rotvec_to_matrix
+from real_robot.twin_action import action_to_step
+
+LIMITS = SafetyLimits()
+R_REF = quaternion_wxyz_to_matrix(LIMITS.reference_quaternion_wxyz)
+EPS = 1e-9
+
+
+# ----- the limits ------------------------------------------------------------------------------
+
+def test_defaults_are_conservative_and_contain_the_home_pose():
+    assert LIMITS.max_translation_per_step_m <= 0.02 and LIMITS.max_rotation_per_step_rad <= 0.05
+    assert LIMITS.max_relative_dynamics_factor <= 0.2 and not LIMITS.dry_run
+    home_tcp = np.array([0.3069, 0.0, 0.4869])  # the Franka's TCP at the default home joints
+    assert np.all(home_tcp > LIMITS.workspace_min_m) and np.all(home_tcp < LIMITS.workspace_max_m)
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("workspace_min_m", (0.5, 0.4, 0.1), r"the y range \[0.4, 0.3\] is empty"),
+    ("workspace_max_m", (1.0, 1.0), r"workspace_max_m=\(1.0, 1.0\): 3 finite numbers"),
+    ("workspace_max_m", (1.0, float("nan"), 1.0), "3 finite numbers"),
+    ("reference_quaternion_wxyz", (1.0, 1.0, 0.0, 0.0), "a unit quaternion"),
+    ("max_tilt_rad", math.pi / 2, r"max_tilt_rad=1.57\d*: a number in \(0, 1.5708\)"),
+    ("max_yaw_rad", 0.0, r"max_yaw_rad=0.0: a number in \(0, 3.14159\]"),
+    ("max_translation_per_step_m", -0.01, r"max_translation_per_step_m=-0.01: a number in \(0, 0.2\]"),
+    ("max_rotation_per_step_rad", "0.1", "max_rotation_per_step_rad='0.1'"),
+    ("max_relative_dynamics_factor", 1.5, r"max_relative_dynamics_factor=1.5: a number in \(0, 1\]"),
+    ("watchdog_timeout_s", 0, r"watchdog_timeout_s=0: a number in \(0, 60\]"),
+    ("gripper_min_interval_s", -1, r"gripper_min_interval_s=-1: seconds in \[0, 60\)"),
+    ("dry_run", "yes", "dry_run='yes': true or false"),
+    ("home_joint_positions_rad", (0.0,) * 6, "home_joint_positions_rad=.*7 finite numbers"),
+])
+def test_limits_refuse_bad_values_naming_the_field(field, value, message):
+    with pytest.raises(ValueError, match=message):
+        SafetyLimits(**{field: value})
+
+
+def test_limits_load_from_yaml_and_json(tmp_path):
+    (tmp_path / "cell.yaml").write_text("workspace_min_m: [0.3, -0.2, 0.05]\nmax_translation_per_step_m: 0.01\n"
+                                        "dry_run: true\n")
+    limits = SafetyLimits.from_file(tmp_path / "cell.yaml")
+    assert limits.workspace_min_m == (0.3, -0.2, 0.05) and limits.max_translation_per_step_m == 0.01
+    assert limits.dry_run and limits.workspace_max_m == SafetyLimits().workspace_max_m
+    (tmp_path / "cell.json").write_text(json.dumps({"max_yaw_rad": 1.0, "watchdog_timeout_s": 0.5}))
+    limits = SafetyLimits.from_file(tmp_path / "cell.json")
+    assert limits.max_yaw_rad == 1.0 and limits.watchdog_timeout_s == 0.5
+
+
+def test_limits_file_refuses_unknown_keys_and_bad_values(tmp_path):
+    path = tmp_path / "cell.yaml"
+    path.write_text("max_translation_step_m: 0.01\n")  # a typo must not silently keep the default
+    with pytest.raises(ValueError, match=r"unknown safety limit\(s\) \['max_translation_step_m'\]; allowed: .*"
+                                         r"'max_translation_per_step_m'"):
+        SafetyLimits.from_file(path)
+    path.write_text("max_tilt_rad: 3\n")
+    with pytest.raises(ValueError, match="max_tilt_rad=3"):
+        SafetyLimits.from_file(path)
+    path.write_text("- 1\n- 2\n")
+    with pytest.raises(ValueError, match="a mapping of limit names to values"):
+        SafetyLimits.from_file(path)
+    (tmp_path / "cell.toml").write_text("")
+    with pytest.raises(ValueError, match=r"\.yaml, \.yml or \.json"):
+        SafetyLimits.from_file(tmp_path / "cell.toml")
+
+
+# ----- the step limiter: hand-checked cases -------------------------------------------------------
+
+def home_pose(position=(0.5, 0.0, 0.3)):
+    return pose_matrix(position, R_REF)
+
+
+def test_a_step_inside_every_limit_is_unchanged():
+    t, R, clamps = limit_step([0.01, -0.005, 0.002], rotvec_to_matrix([0, 0, 0.03]), home_pose(), LIMITS)
+    assert clamps == []
+    np.testing.assert_allclose(t, [0.01, -0.005, 0.002])
+    np.testing.assert_allclose(R, rotvec_to_matrix([0, 0, 0.03]), atol=1e-12)
+
+
+def test_translation_is_capped_by_norm_keeping_its_direction():
+    t, _, clamps = limit_step([0.03, 0.04, 0.0], np.eye(3), home_pose(), LIMITS)
+    assert clamps == ["translation_cap"]
+    np.testing.assert_allclose(t, [0.012, 0.016, 0.0])
+
+
+def test_the_box_stops_the_tcp_at_its_face():
+    t, _, clamps = limit_step([0.0, 0.0, -0.02], np.eye(3), home_pose((0.5, 0.0, 0.11)), LIMITS)
+    assert clamps == ["workspace"]
+    np.testing.assert_allclose(t, [0.0, 0.0, -0.01])
+
+
+def test_outside_the_box_the_tcp_may_come_back_but_never_go_further():
+    outside = home_pose((0.8, 0.0, 0.3))  # 10 cm beyond x max
+    t, _, clamps = limit_step([0.01, 0.0, 0.0], np.eye(3), outside, LIMITS)
+    np.testing.assert_allclose(t, 0.0, atol=EPS)
+    assert clamps == ["workspace"]
+    t, _, clamps = limit_step([-0.01, 0.01, 0.0], np.eye(3), outside, LIMITS)
+    np.testing.assert_allclose(t, [-0.01, 0.01, 0.0])
+    assert clamps == []
+
+
+def test_rotation_is_capped_and_kept_in_the_orientation_window():
+    _, R, clamps = limit_step([0, 0, 0], rotvec_to_matrix([0.3, 0, 0]), home_pose(), LIMITS)
+    assert clamps == ["rotation_cap"]
+    assert rotation_angle(R) == pytest.approx(LIMITS.max_rotation_per_step_rad)
+    tilted = pose_matrix((0.5, 0, 0.3), rotvec_to_matrix([LIMITS.max_tilt_rad - 0.01, 0, 0]) @ R_REF)
+    _, R, clamps = limit_step([0, 0, 0], rotvec_to_matrix([0.04, 0, 0]), tilted, LIMITS)
+    assert clamps == ["orientation"]
+    assert orientation_excess_rad(R @ tilted[:3, :3], LIMITS) <= 1e-6
+    assert rotation_angle(R) == pytest.approx(0.01, abs=1e-4)  # as far as the window allows
+    _, R, clamps = limit_step([0, 0, 0], rotvec_to_matrix([-0.04, 0, 0]), tilted, LIMITS)
+    assert clamps == []  # turning back toward the reference is free
+
+
+# ----- the step limiter: properties over adversarial inputs ---------------------------------------
+
+finite = st.floats(-1e6, 1e6, allow_nan=False)
+vectors = st.tuples(finite, finite, finite).map(np.array)
+unit_interval = st.floats(0.0, 1.0)
+
+
+@st.composite
+def poses_inside(draw):
+    """A TCP pose inside the box and the orientation window."""
+    lo, hi = np.array(LIMITS.workspace_min_m), np.array(LIMITS.workspace_max_m)
+    position = lo + np.array([draw(unit_interval) for _ in range(3)]) * (hi - lo)
+    tilt_axis_angle = draw(st.floats(0, 2 * math.pi))
+    tilt = draw(st.floats(0, LIMITS.max_tilt_rad * 0.999))
+    yaw = draw(st.floats(-LIMITS.max_yaw_rad * 0.999, LIMITS.max_yaw_rad * 0.999))
+    # yaw about the reference's z, then tilt about a horizontal axis of the reference frame
+    R_ref_from_tcp = (rotvec_to_matrix(tilt * np.array([math.cos(tilt_axis_angle), math.sin(tilt_axis_angle), 0]))
+                      @ rotvec_to_matrix([0, 0, yaw]))
+    R = R_REF @ R_ref_from_tcp
+    assume(orientation_excess_rad(R, LIMITS) == 0.0)  # the tilt shifts the measured yaw a little
+    return pose_matrix(position, R)
+
+
+@st.composite
+def rotations(draw):
+    axis = draw(st.tuples(*[st.floats(-1, 1)] * 3).filter(lambda v: np.linalg.norm(v) > 1e-3))
+    angle = draw(st.floats(0, math.pi))
+    return rotvec_to_matrix(np.array(axis) / np.linalg.norm(axis) * angle)
+
+
+@settings(max_examples=300, deadline=None)
+@given(pose=poses_inside(), translation=vectors, R_delta=rotations())
+def test_from_inside_no_step_leaves_the_limits(pose, translation, R_delta):
+    t, R, _ = limit_step(translation, R_delta, pose, LIMITS)
+    target = pose[:3, 3] + t
+    assert np.linalg.norm(t) <= LIMITS.max_translation_per_step_m + EPS
+    assert np.all(target >= np.array(LIMITS.workspace_min_m) - EPS)
+    assert np.all(target <= np.array(LIMITS.workspace_max_m) + EPS)
+    assert rotation_angle(R) <= LIMITS.max_rotation_per_step_rad + 1e-7
+    assert orientation_excess_rad(R @ pose[:3, :3], LIMITS) <= 1e-6
+
+
+@settings(max_examples=200, deadline=None)
+@given(position=vectors.map(lambda v: v * 1e-6), translation=vectors)
+def test_from_outside_no_axis_moves_further_out(position, translation):
+    pose = pose_matrix(np.array([0.5, 0.0, 0.3]) + position, R_REF)  # up to 1 m off the box centre
+    lo, hi = np.array(LIMITS.workspace_min_m), np.array(LIMITS.workspace_max_m)
+
+    def outside_by(p):
+        return np.maximum(lo - p, 0) + np.maximum(p - hi, 0)
+
+    t, _, _ = limit_step(translation, np.eye(3), pose, LIMITS)
+    assert np.all(outside_by(pose[:3, 3] + t) <= outside_by(pose[:3, 3]) + EPS)
+    assert np.linalg.norm(t) <= LIMITS.max_translation_per_step_m + EPS
+
+
+@pytest.mark.parametrize("face", range(6))
+@settings(max_examples=10, deadline=None)
+@given(noise=st.lists(st.tuples(*[st.floats(-3, 3)] * 7), min_size=40, max_size=40))
+def test_drifting_toward_a_face_reaches_it_and_never_passes(face, noise):
+    # an ideal arm that lands exactly on each target, driven by a policy pushing out through one face
+    axis, sign = divmod(face, 2)
+    push = np.zeros(7)
+    push[axis] = 1e3 if sign else -1e3
+    pose = home_pose()
+    lo, hi = np.array(LIMITS.workspace_min_m), np.array(LIMITS.workspace_max_m)
+    for extra in noise:
+        translation, R_delta, _, _ = action_to_step(push + np.array(extra))
+        t, R, _ = limit_step(translation, R_delta, pose, LIMITS)
+        pose = pose_matrix(pose[:3, 3] + t, R @ pose[:3, :3])
+        assert np.all(pose[:3, 3] >= lo - EPS) and np.all(pose[:3, 3] <= hi + EPS)
+        assert orientation_excess_rad(pose[:3, :3], LIMITS) <= 1e-6
+    face_value = hi[axis] if sign else lo[axis]
+    assert pose[axis, 3] == pytest.approx(face_value, abs=1e-6)  # pinned on the face it was pushed at
+
+
+# ----- the watchdog ---------------------------------------------------------------------------------
+
+def test_watchdog_fires_once_per_silence_within_its_deadline():
+    fired: list[float] = []
+    event = threading.Event()
+
+    def on_timeout():
+        fired.append(time.monotonic())
+        event.set()
+
+    dog = Watchdog(0.1, on_timeout)
+    try:
+        time.sleep(0.2)
+        assert fired == []  # disarmed until the first kick
+        for _ in range(5):  # kicked in time: silent
+            dog.kick()
+            time.sleep(0.05)
+        assert fired == []
+        kicked = time.monotonic()
+        dog.kick()
+        assert event.wait(1.0)
+        assert 0.1 - 0.005 <= fired[0] - kicked <= 0.1 + 0.05
+        time.sleep(0.25)
+        assert len(fired) == 1  # once per silence
+        dog.kick()
+        dog.disarm()
+        time.sleep(0.2)
+        assert len(fired) == 1
+    finally:
+        dog.close()
