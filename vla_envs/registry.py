@@ -98,6 +98,10 @@ def _libero_specs() -> dict[str, TaskSpec]:
 
 TASKS.update(_libero_specs())
 
+TASKS["franka/PutOnPlate-v0"] = TaskSpec(
+    "franka/PutOnPlate-v0", "franka", "real", 80, "vla_envs.backends.franka.make:make_franka_vector_env",
+    requires=("franky", "pyrealsense2"), extra="robot")
+
 
 def get_task(env_id: str) -> TaskSpec:
     """The spec of ``env_id``; an unknown id raises a KeyError listing close matches."""

@@ -52,6 +52,9 @@ class BatchedBackend(ABC):
             reports in ``StepResult.info`` as bool ``[N]``: the partial-success measures of
             SimplerEnv-style evaluation. The vector env turns each into ``<name>_once`` in its
             episode metrics. Empty when the task reports none.
+        episode_counters: names of per-step integer counts (e.g. the real robot's safety clamps)
+            that every ``step`` reports in ``StepResult.info`` as int ``[N]``; the vector env sums
+            each over the episode into its episode metrics under the same name.
     """
 
     num_envs: int
@@ -61,6 +64,7 @@ class BatchedBackend(ABC):
     num_initial_states: int
     can_skip_envs: bool
     progress_flags: tuple[str, ...] = ()
+    episode_counters: tuple[str, ...] = ()
 
     @abstractmethod
     def reset(

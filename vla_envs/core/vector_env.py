@@ -168,8 +168,11 @@ class ChunkVectorEnv(VectorEnv, gym.Env):
         self._success_once = np.zeros(n, bool)
         self._last_success = np.zeros(n, bool)
         self.progress_flags: tuple[str, ...] = tuple(getattr(backend, "progress_flags", ()))
-        self.episode_metrics = EPISODE_METRICS + tuple(f"{name}_once" for name in self.progress_flags)
+        self.episode_counters: tuple[str, ...] = tuple(getattr(backend, "episode_counters", ()))
+        self.episode_metrics = (EPISODE_METRICS + tuple(f"{name}_once" for name in self.progress_flags)
+                                + self.episode_counters)
         self._progress_once = {name: np.zeros(n, bool) for name in self.progress_flags}
+        self._counts = {name: np.zeros(n, np.int64) for name in self.episode_counters}
         self._state_id = np.full(n, -1, np.int64)
         self.first_env_index = int(first_env_index)
         self.enumerate_initial_states = enumerate_initial_states is not False
@@ -322,6 +325,8 @@ class ChunkVectorEnv(VectorEnv, gym.Env):
         self._last_success[env_ids] = False
         for once in self._progress_once.values():
             once[env_ids] = False
+        for count in self._counts.values():
+            count[env_ids] = 0
 
     # ------------------------------------------------------------------ stepping
     def step(self, actions: Any) -> tuple[dict[str, Any], np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
@@ -379,6 +384,7 @@ class ChunkVectorEnv(VectorEnv, gym.Env):
         finished = np.zeros(n, bool)
         episode = {k: np.zeros(n, dt) for k, dt in zip(EPISODE_METRICS, (bool, bool, np.float64, np.int64))}
         episode |= {f"{name}_once": np.zeros(n, bool) for name in self.progress_flags}
+        episode |= {name: np.zeros(n, np.int64) for name in self.episode_counters}
         final_obs: dict[str, Any] = {k: np.zeros_like(v) for k, v in self._obs.items()}
         final_obs["instruction"] = [""] * n
         final_success = np.zeros(n, bool)
@@ -400,6 +406,8 @@ class ChunkVectorEnv(VectorEnv, gym.Env):
             for name, once in self._progress_once.items():
                 once[idx] |= result.info[name][idx]
                 progress[name][idx, j] = result.info[name][idx]
+            for name, count in self._counts.items():
+                count[idx] += result.info[name][idx]
             rewards[idx, j] = result.reward[idx]
             success[idx, j] = result.success[idx]
             if not self.ignore_terminations:
@@ -454,6 +462,8 @@ class ChunkVectorEnv(VectorEnv, gym.Env):
         episode["success_once"][done] = self._success_once[done]
         for name, once in self._progress_once.items():
             episode[f"{name}_once"][done] = once[done]
+        for name, count in self._counts.items():
+            episode[name][done] = count[done]
         episode["success_at_end"][done] = self._last_success[done]
         episode["return"][done] = self._return[done]
         episode["length"][done] = self._elapsed[done]
@@ -474,6 +484,7 @@ class ChunkVectorEnv(VectorEnv, gym.Env):
             metrics = {"success_once": bool(self._success_once[i]), "success_at_end": bool(self._last_success[i]),
                        "return": float(self._return[i]), "length": int(self._elapsed[i])}
             metrics |= {f"{name}_once": bool(once[i]) for name, once in self._progress_once.items()}
+            metrics |= {name: int(count[i]) for name, count in self._counts.items()}
             final = {key: self._obs[key][i].copy() for key in self._array_keys}
             final["instruction"] = self._instructions[i]
             records.append({"env": int(i), "sub_step": int(sub_step), "episode": metrics,

@@ -1,0 +1,79 @@
+"""``franka/PutOnPlate-v0``: the real Franka + RealSense as the twin's env (same options, same
+observation and action), built from plain arguments so that ``gym.make`` and ``franka-eval``
+share one path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .operator import KeyboardOperator, Operator, ScriptedOperator
+
+
+def make_franka_vector_env(num_envs: int = 1, *, robot_ip: str, instruction: str, camera_serial: str | None = None,
+                           playback_file: str | None = None, image_size: int = 64,
+                           camera_crop: tuple[int, int, int, int] | None = None, camera_file: str | Path | None = None,
+                           time_limit: int | None = None, safety_limits: Any = None, dry_run: bool = False,
+                           operator: str | Operator = "keyboard", relative_dynamics_factor: float = 0.1,
+                           connect_timeout_s: float = 3.0, ignore_realtime: bool = False,
+                           max_frame_age_ms: float = 200.0, auto_reset: bool = False, **contract_kwargs: Any):
+    """Connect the arm and camera and return the env (``ChunkVectorEnv`` of one env; it owns both
+    devices and releases them on ``close``).
+
+    Args:
+        robot_ip: the robot's control box (FCI), e.g. ``172.16.0.2``.
+        instruction: the task in words, as in training (``"put carrot on plate"``).
+        camera_serial: the RealSense's serial; or ``playback_file``, a ``.db3`` recording.
+        image_size, camera_crop, camera_file, time_limit: as in the twin (``PutOnPlateInScene25*``).
+        safety_limits: a ``real_robot.safety.SafetyLimits``, a YAML/JSON file of them, or None for
+            the conservative defaults. Its home pose is replaced by the twin's rest pose.
+        dry_run: log every command, move nothing.
+        operator: ``"keyboard"``, ``"scripted"`` (no labels, no waiting) or an ``Operator``.
+        relative_dynamics_factor, connect_timeout_s, ignore_realtime: ``FrankyArmConfig``.
+        max_frame_age_ms: an older camera frame stops the episode (``StaleFrameError``).
+        auto_reset: False: each episode starts with an explicit ``reset`` (an operator prompt).
+
+    Raises:
+        ValueError: ``num_envs`` is not 1, or a bad option (the message names it).
+        RobotUnreachableError, DeviceNotFoundError: the arm or camera is not there.
+    """
+    import dataclasses
+
+    from real_robot.franky_arm import FrankyArm, FrankyArmConfig
+    from real_robot.realsense import RealSenseCamera, RealSenseCameraConfig
+    from real_robot.safety import SafetyLayer, SafetyLimits
+    from vla_envs.core import ChunkVectorEnv
+    from vla_envs.tasks.put_on_plate.camera import load_camera_file
+
+    from .backend import FrankaBackend
+    from .twin import TWIN_REST_JOINT_POSITIONS_RAD
+
+    if num_envs != 1:
+        raise ValueError(f"num_envs={num_envs}: a real arm is one env")
+    cam_file = load_camera_file(camera_file)
+    crop = None if camera_crop is None else cam_file.check_crop(camera_crop)
+    if isinstance(operator, str):
+        if operator not in ("keyboard", "scripted"):
+            raise ValueError(f"operator={operator!r}; allowed: 'keyboard', 'scripted', or an Operator object")
+        operator = KeyboardOperator() if operator == "keyboard" else ScriptedOperator()
+    limits = safety_limits if isinstance(safety_limits, SafetyLimits) else (
+        SafetyLimits.from_file(safety_limits) if safety_limits is not None else SafetyLimits())
+    limits = dataclasses.replace(limits, home_joint_positions_rad=TWIN_REST_JOINT_POSITIONS_RAD,
+                                 dry_run=limits.dry_run or dry_run)
+    camera = RealSenseCamera(RealSenseCameraConfig(serial=camera_serial or "", playback_file=playback_file,
+                                                   width=cam_file.width, height=cam_file.height))
+    arm = FrankyArm(FrankyArmConfig(robot_ip=robot_ip, relative_dynamics_factor=relative_dynamics_factor,
+                                    connect_timeout_s=connect_timeout_s, ignore_realtime=ignore_realtime))
+    camera.connect()  # fails in well under a second without the camera, before the arm is touched
+    try:
+        arm.connect()
+        safety = SafetyLayer(arm, limits)
+    except BaseException:
+        camera.disconnect()
+        if arm.is_connected:
+            arm.disconnect()
+        raise
+    backend = FrankaBackend(safety, camera, instruction=instruction, image_size=image_size, camera_crop=crop,
+                            camera_hw=(cam_file.height, cam_file.width), time_limit=time_limit or 80,
+                            operator=operator, max_frame_age_ms=max_frame_age_ms)
+    return ChunkVectorEnv(backend, auto_reset=auto_reset, **contract_kwargs)
