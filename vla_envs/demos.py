@@ -85,9 +85,11 @@ class EpisodeRecorder:
         """Env ``i``'s episode ended and is not to be kept: drop its steps."""
         self._buf[i] = self._empty()
 
-    def finish(self, i: int, instruction: str, state_id: int, episode: dict[str, Any]) -> bool:
+    def finish(self, i: int, instruction: str, state_id: int, episode: dict[str, Any],
+               extra: dict[str, Any] | None = None) -> bool:
         """Env ``i``'s episode ended: write it (if kept; never one without steps) and start a new
-        buffer. Returns kept."""
+        buffer. ``extra``: JSON values added to its index entry (e.g. a real episode's operator
+        label). Returns kept."""
         b, self._buf[i] = self._buf[i], self._empty()
         kept = bool(b["action"]) and (bool(episode["success_once"]) or not self.only_success)
         if kept:
@@ -99,7 +101,7 @@ class EpisodeRecorder:
                                 reward=np.asarray(b["reward"], np.float32), success=np.asarray(b["success"], bool),
                                 instruction=np.asarray(instruction), state_id=np.asarray(state_id), **scene)
             self.index["episodes"].append({"file": name, "instruction": instruction, "state_id": int(state_id),
-                                           **{k: float(v) for k, v in episode.items()}})
+                                           **{k: float(v) for k, v in episode.items()}, **(extra or {})})
             tmp = self.folder / f".index.{os.getpid()}.tmp"
             tmp.write_text(json.dumps(self.index, indent=1))
             tmp.replace(self.folder / "index.json")

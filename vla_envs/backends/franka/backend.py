@@ -59,6 +59,8 @@ class FrankaBackend(BatchedBackend):
         self.episode_counters = tuple(f"clamp_{kind}" for kind in CLAMP_KINDS)
         self.last_sent = None
         """The ``SentCommand`` of the last step (what really reached the arm)."""
+        self.sent_log: list = []
+        """Every step's ``SentCommand``, in order; a recorder reads and clears it."""
         self.timing: dict[str, float] = {}
         """Seconds of the last step: ``send`` (safety + arm), ``camera``, ``preprocess``."""
 
@@ -87,6 +89,7 @@ class FrankaBackend(BatchedBackend):
             return StepResult(obs, np.zeros(1, np.float32), np.zeros(1, bool), np.zeros(1, bool), counts)
         t0 = time.perf_counter()
         self.last_sent = self.safety.send_action(twin_scaled_action(actions[0]))
+        self.sent_log.append(self.last_sent)
         self.timing["send"] = time.perf_counter() - t0
         rest = self.control_period_s - (time.perf_counter() - t0)
         if rest > 0:

@@ -115,3 +115,16 @@ def twin_scaled_action(action: np.ndarray) -> np.ndarray:
         a[3:6] /= norm
     a[3:6] *= TWIN_TRACKING_GAIN[3]
     return a.astype(np.float32)
+
+
+def twin_action_from_scaled(scaled: np.ndarray) -> np.ndarray:
+    """The twin action of a scaled one (``twin_scaled_action``'s inverse on the twin's range): what
+    a real step that was sent means in the twin's convention, e.g. to record real episodes as demos.
+
+    Shapes:
+        scaled: ``[7]``. Returns float32 ``[7]``.
+    """
+    a = np.asarray(scaled, np.float64).reshape(7).copy()
+    a[:3] /= TWIN_TRACKING_GAIN[:3]
+    a[3:6] /= TWIN_TRACKING_GAIN[3]
+    return a.astype(np.float32)

@@ -1,0 +1,161 @@
+"""``franka-eval`` end to end: the shipped warm start drives franky-sim (real libfranka protocol)
+through the safety layer, with the camera played back from a RealSense recording through
+``rs.pipeline``; plus the checks that stop it before anything moves."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from vla_trainer.franka_eval import CheckpointMismatchError, check_fit, main, summary
+from vla_trainer.serve import PolicySpec
+
+WARM_START = Path(__file__).resolve().parents[2] / "warm_start" / "tiny-openvla-oft-put-on-plate"
+SPEC = PolicySpec(image_size=64, state_dim=16, chunk_size=8, action_dim=7, camera_crop=(190, 80, 460, 350),
+                  model_dir="m")
+
+
+def test_a_checkpoint_that_does_not_fit_the_env_is_named_on_both_sides():
+    assert check_fit(SPEC, image_size=None, camera_crop=None, state_dim=16) == (64, (190, 80, 460, 350))
+    with pytest.raises(CheckpointMismatchError, match="reads 64 px.*asks for 128"):
+        check_fit(SPEC, image_size=128, camera_crop=None, state_dim=16)
+    with pytest.raises(CheckpointMismatchError, match=r"crop \(190, 80, 460, 350\).*\(0, 0, 640, 480\)"):
+        check_fit(SPEC, image_size=None, camera_crop=(0, 0, 640, 480), state_dim=16)
+    with pytest.raises(CheckpointMismatchError, match="9-wide state.*16"):
+        check_fit(PolicySpec(64, 9, 8, 7, None, "m"), image_size=None, camera_crop=None, state_dim=16)
+    with pytest.raises(CheckpointMismatchError, match="6-D actions"):
+        check_fit(PolicySpec(64, 16, 8, 6, None, "m"), image_size=None, camera_crop=None, state_dim=16)
+
+
+def test_the_summary_has_both_success_notions_with_intervals():
+    rows = [{"label": "success", "success_once": 1.0, "success_at_end": 1.0, "clamp_workspace": 2.0},
+            {"label": "failure", "success_once": 1.0, "success_at_end": 0.0, "clamp_workspace": 0.0},
+            {"label": "time_limit", "success_once": 0.0, "success_at_end": 0.0, "clamp_workspace": 1.0}]
+    table, numbers = summary(rows)
+    assert numbers["success_once"]["successes"] == 2 and numbers["success_at_end"]["successes"] == 1
+    lo, hi = numbers["success_once"]["interval_95"]
+    assert 0.0 < lo < 2 / 3 < hi < 1.0
+    assert numbers["safety_clamps"] == {"clamp_workspace": 3}
+    assert "success_at_end | 1/3 = 33.3 %" in table and "workspace 3" in table
+
+
+def _camera_file(tmp_path: Path) -> Path:
+    """A 64x48 camera (the default one's pose, its intrinsics scaled): recordings stay small."""
+    default = json.loads((Path(__file__).resolve().parents[2] / "vla_envs/tasks/put_on_plate/default_camera.json")
+                         .read_text())
+    k = np.array(default["intrinsic"]) * 0.1
+    k[2, 2] = 1.0
+    path = tmp_path / "camera.json"
+    path.write_text(json.dumps({**default, "width": 64, "height": 48, "intrinsic": k.tolist()}))
+    return path
+
+
+@pytest.fixture(scope="module")
+def recording(tmp_path_factory):
+    from real_robot.realsense import write_recording
+
+    rng = np.random.default_rng(0)
+    frames = [rng.integers(0, 256, (48, 64, 3), dtype=np.uint8) for _ in range(150)]
+    return write_recording(tmp_path_factory.mktemp("rec") / "cell.db3", frames, fps=15)
+
+
+def _args(franky_sim, recording, tmp_path, *extra):
+    limits = tmp_path / "limits.yaml"
+    limits.write_text("workspace_min_m: [0.35, -0.3, 0.08]\nworkspace_max_m: [0.85, 0.3, 0.5]\n"
+                      "max_relative_dynamics_factor: 0.5\nwatchdog_timeout_s: 5.0\ngripper_min_interval_s: 0.0\n")
+    return ["--checkpoint", str(WARM_START), "--robot-ip", franky_sim, "--playback", str(recording),
+            "--instruction", "put carrot on plate", "--episodes", "1", "--time-limit", "6",
+            "--camera-file", str(_camera_file(tmp_path)), "--camera-crop", "0,0,64,48", "--operator", "scripted",
+            "--ignore-realtime", "--relative-dynamics", "0.5", "--safety-limits", str(limits),
+            "--out", str(tmp_path / "out"), *extra]
+
+
+def _no_crop_model(tmp_path: Path) -> Path:
+    model = tmp_path / "model"
+    model.mkdir(exist_ok=True)
+    for f in WARM_START.iterdir():
+        if f.name != "made_by.json" and not (model / f.name).exists():
+            (model / f.name).symlink_to(f)
+    return model
+
+
+def _without_crop(args: list[str], model: Path) -> list[str]:
+    i = args.index("--camera-crop")
+    args = args[:i] + args[i + 2:]
+    args[args.index("--checkpoint") + 1] = str(model)
+    return args
+
+
+@pytest.mark.slow
+def test_one_episode_on_franky_sim_is_run_recorded_and_reported(franky_sim, recording, tmp_path, capsys):
+    from vla_envs.demos import load_demos
+
+    # the warm start records its crop (190, 80, 460, 350) of a 640x480 camera: this cell's camera
+    # is 64x48, so the crop is given and must be refused as not the checkpoint's ...
+    assert main(_args(franky_sim, recording, tmp_path)) == 2
+    assert "camera crop" in capsys.readouterr().err
+    # ... a checkpoint that records no crop (the warm start without its made_by.json) runs on it
+    assert main(_without_crop(_args(franky_sim, recording, tmp_path), _no_crop_model(tmp_path))) == 0, \
+        capsys.readouterr().err
+    out = tmp_path / "out"
+    numbers = json.loads((out / "results.json").read_text())
+    assert numbers["episodes"] == 1 and set(numbers["success_once"]) == {"successes", "rate", "interval_95"}
+    index, episodes = load_demos(out / "episodes")
+    assert index["episodes"][0]["label"] == "time_limit" and index["episodes"][0]["length"] == 6
+    ep = episodes[0]
+    assert ep["action"].shape == (6, 7) and ep["image"].shape == (6, 64, 64, 3) and ep["state"].shape == (6, 16)
+    assert np.all(np.abs(ep["action"][:, :6]) <= 1.0 + 1e-5)  # the twin's convention, after the safety limits
+    assert "success_once" in capsys.readouterr().out
+
+
+def test_an_unreachable_robot_fails_fast_naming_it(recording, tmp_path, capsys, free_address):
+    t0 = time.monotonic()
+    args = _without_crop(_args(free_address, recording, tmp_path, "--image-size", "64"), _no_crop_model(tmp_path))
+    assert main(args) == 2
+    assert time.monotonic() - t0 < 15  # loading the policy included; the connect itself fails in ms
+    assert free_address in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_camera_that_stops_sending_stops_the_episode(franky_sim, tmp_path, capsys):
+    from real_robot.realsense import write_recording
+
+    short = write_recording(tmp_path / "short.db3", [np.zeros((48, 64, 3), np.uint8)] * 10, fps=15)
+    args = _without_crop(_args(franky_sim, short, tmp_path, "--time-limit", "60"), _no_crop_model(tmp_path))
+    assert main(args) == 2
+    assert "ms old" in capsys.readouterr().err  # the stale frame is named, the arm stopped
+
+
+@pytest.mark.slow
+def test_sigint_mid_episode_stops_the_arm_and_exits_130(franky_sim, recording, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    args = _without_crop(_args(franky_sim, recording, tmp_path, "--time-limit", "60"), _no_crop_model(tmp_path))
+    exe = Path(sys.executable).with_name("franka-eval")
+    proc = subprocess.Popen([str(exe), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    try:
+        for line in proc.stdout:  # wait until the episode runs
+            if "running" in line:
+                break
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=10) == 130
+        assert "the arm was stopped" in proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    from real_robot.franky_arm import FrankyArm, FrankyArmConfig
+
+    with FrankyArm(FrankyArmConfig(robot_ip=franky_sim, ignore_realtime=True)) as arm:
+        time.sleep(0.5)  # franky-sim's joints lag its command by about 0.3 s
+        p0 = arm.observation().tcp_position_m
+        time.sleep(0.5)
+        assert np.linalg.norm(arm.observation().tcp_position_m - p0) < 1e-3  # holding still

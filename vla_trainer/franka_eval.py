@@ -1,0 +1,247 @@
+"""``franka-eval``: run a sim-trained checkpoint on the real Franka, zero-shot.
+
+    franka-eval --checkpoint runs/main/grpo --robot-ip 172.16.0.2 --camera-serial 123622270136 \\
+        --instruction "put carrot on plate" --episodes 10 --camera-file cell_camera.json --out runs/real
+
+Order of events: the checkpoint is loaded and checked against the env (image size, camera crop,
+state layout, action convention: an error names both sides); the calibration drift check runs
+when a reference is given; the arm and camera connect; then for each episode the operator sets the
+scene up and presses Enter, the arm homes to the twin's rest pose, and the policy runs at the
+twin's 5 Hz until the time limit or until the operator marks success (``s`` + Enter) or failure
+(``f`` + Enter). Every command passes the always-on safety layer. Each episode is recorded in the
+demonstration format (``vla_envs.demos``: observations, the actions really sent, in the twin's
+convention, and the operator's label), so real episodes can feed ``vla-train sft``. The end
+prints and saves a table with both success notions and their 95 % intervals.
+
+Ctrl-C (or SIGTERM) stops the arm where it is; the episodes recorded so far stay on disk.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+
+class CheckpointMismatchError(ValueError):
+    """The checkpoint expects another env than the one configured; the message names both sides."""
+
+
+def check_fit(spec, *, image_size: int | None, camera_crop: tuple[int, int, int, int] | None,
+              state_dim: int, action_dim: int = 7) -> tuple[int, tuple[int, int, int, int] | None]:
+    """The image size and camera crop to run with, after checking the policy against the env.
+
+    Args:
+        spec: ``vla_trainer.serve.PolicySpec`` of the checkpoint.
+        image_size: asked for on the command line (None: the checkpoint's).
+        camera_crop: asked for on the command line (None: the checkpoint's, if it records one).
+        state_dim: the env's ``state`` width.
+
+    Raises:
+        CheckpointMismatchError: naming the quantity, the checkpoint's value and the env's.
+    """
+    if image_size is not None and image_size != spec.image_size:
+        raise CheckpointMismatchError(f"image size: the checkpoint reads {spec.image_size} px images, "
+                                      f"--image-size asks for {image_size}")
+    if spec.state_dim not in (0, state_dim):
+        raise CheckpointMismatchError(f"state: the checkpoint reads a {spec.state_dim}-wide state, the real Franka "
+                                      f"env gives the twin's {state_dim} (7 joints, 2 fingers, TCP xyz + wxyz)")
+    if spec.action_dim != action_dim:
+        raise CheckpointMismatchError(f"actions: the checkpoint predicts {spec.action_dim}-D actions, the env takes "
+                                      f"{action_dim}-D (delta xyz, delta rotation, gripper)")
+    crop = camera_crop if camera_crop is not None else spec.camera_crop
+    if camera_crop is not None and spec.camera_crop is not None and tuple(camera_crop) != tuple(spec.camera_crop):
+        raise CheckpointMismatchError(f"camera crop: the checkpoint was trained on crop {tuple(spec.camera_crop)}, "
+                                      f"--camera-crop asks for {tuple(camera_crop)}")
+    return spec.image_size, crop
+
+
+def _crop(text: str) -> tuple[int, int, int, int]:
+    try:
+        values = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        values = ()
+    if len(values) != 4:
+        raise argparse.ArgumentTypeError(f"--camera-crop takes LEFT,TOP,RIGHT,BOTTOM in pixels, got {text!r}")
+    return values  # type: ignore[return-value]
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"a whole number >= 1, got {text!r}")
+    return value
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="franka-eval", description="Run a sim-trained checkpoint on the real Franka.")
+    p.add_argument("--checkpoint", required=True, type=Path, help="model folder, training checkpoint or run folder")
+    p.add_argument("--robot-ip", required=True, help="the robot's control box (FCI), e.g. 172.16.0.2")
+    cam = p.add_mutually_exclusive_group(required=True)
+    cam.add_argument("--camera-serial", help="the RealSense's serial number")
+    cam.add_argument("--playback", help="a RealSense .db3 recording instead of a live camera (dry runs, tests)")
+    p.add_argument("--instruction", required=True, help='the task in words, as in training: "put carrot on plate"')
+    p.add_argument("--episodes", type=_positive_int, default=10)
+    p.add_argument("--time-limit", type=_positive_int, default=80, help="steps per episode (the twin's: 80)")
+    p.add_argument("--camera-file", type=Path, help="the calibrated camera file (vla-calibrate handeye)")
+    p.add_argument("--camera-crop", type=_crop, help="LEFT,TOP,RIGHT,BOTTOM; default: the checkpoint's")
+    p.add_argument("--image-size", type=int, help="default: the checkpoint's")
+    p.add_argument("--safety-limits", type=Path, help="YAML/JSON safety limits (docs/real_robot.md); default: conservative")
+    p.add_argument("--dry-run", action="store_true", help="log every command, move nothing")
+    p.add_argument("--operator", choices=("keyboard", "scripted"), default="keyboard",
+                   help="scripted: no prompts, no labels (episodes run to the time limit)")
+    p.add_argument("--relative-dynamics", type=float, default=0.1, help="speed scale of the arm, (0, 1]")
+    p.add_argument("--ignore-realtime", action="store_true", help="no realtime kernel (a simulated arm only)")
+    p.add_argument("--drift-reference", type=Path, help="a `vla-calibrate drift pin` folder to check first")
+    p.add_argument("--drift-override", action="store_true", help="run even if the camera moved beyond the limits")
+    p.add_argument("--out", type=Path, default=Path("runs/franka_eval"), help="episodes and the results table")
+    return p.parse_args(argv)
+
+
+def _episode_row(info: dict[str, Any], label: str) -> dict[str, Any]:
+    return {"label": label, **{k: float(v) for k, v in info.items()}}
+
+
+def summary(rows: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
+    """The results table (markdown) and its numbers: both success notions with 95 % intervals."""
+    from vla_trainer.evaluation import wilson_interval
+
+    n = len(rows)
+    out: dict[str, Any] = {"episodes": n}
+    lines = ["| metric | rate | 95 % interval |", "|---|---|---|"]
+    for key in ("success_once", "success_at_end"):
+        k = int(sum(r[key] > 0.5 for r in rows))
+        lo, hi = wilson_interval(k, n) if n else (0.0, 1.0)
+        out[key] = {"successes": k, "rate": k / n if n else 0.0, "interval_95": [lo, hi]}
+        lines.append(f"| {key} | {k}/{n} = {100 * k / max(n, 1):.1f} % | {100 * lo:.1f}-{100 * hi:.1f} % |")
+    clamps = {k: int(sum(r.get(k, 0) for r in rows)) for k in (rows[0] if rows else {}) if k.startswith("clamp_")}
+    out["safety_clamps"] = clamps
+    lines.append("")
+    lines.append("labels: " + ", ".join(f"{i}: {r['label']}" for i, r in enumerate(rows)))
+    if any(clamps.values()):
+        lines.append("safety clamps: " + ", ".join(f"{k[6:]} {v}" for k, v in clamps.items() if v))
+    return "\n".join(lines), out
+
+
+def run_episodes(env, policy, args, out_dir: Path) -> list[dict[str, Any]]:
+    """The episodes, each recorded as a demo; returns one row per episode."""
+    import numpy as np
+
+    from vla_envs.backends.franka.twin import twin_action_from_scaled
+    from vla_envs.demos import EpisodeRecorder
+
+    backend = env.backend
+    recorder = EpisodeRecorder(out_dir / "episodes", 1, "franka/PutOnPlate-v0", None, only_success=False)
+    seen: list[dict[str, np.ndarray]] = []
+    env.add_step_observer(lambda s: seen.append({"image": s["obs"]["image"].copy(), "state": s["obs"]["state"].copy()}))
+    rows = []
+    for episode in range(args.episodes):
+        obs, _ = env.reset(seed=episode)
+        print(f"episode {episode + 1}/{args.episodes}: running", flush=True)
+        seen.clear()
+        backend.sent_log.clear()
+        info = None
+        while info is None:
+            chunk = policy.act(obs["image"][0], args.instruction, obs["state"][0])
+            before = [{"image": obs["image"], "state": obs["state"]}]
+            out = env.chunk_step(chunk[None])
+            before += seen[:-1]
+            for o, sent in zip(before, backend.sent_log):
+                action = twin_action_from_scaled(sent.action)[None]
+                recorder.add(o, action, np.zeros(1, np.float32), np.zeros(1, bool))
+            seen.clear()
+            backend.sent_log.clear()
+            obs = out.obs
+            if "episode" in out.info:
+                info = {k: v[0] for k, v in out.info["episode"].items()}
+        label = ("success" if info["success_once"] else "failure") if bool(out.terminated.any()) else "time_limit"
+        recorder.finish(0, args.instruction, 0, {k: v for k, v in info.items()}, extra={"label": label})
+        rows.append(_episode_row(info, label))
+        print(f"episode {episode + 1}/{args.episodes}: {label}, {int(info['length'])} steps", flush=True)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    from vla_envs.backends.franka.twin import STATE_DIM
+    from vla_trainer.serve import PolicyService
+
+    try:
+        policy = PolicyService(args.checkpoint)
+        image_size, crop = check_fit(policy.spec, image_size=args.image_size, camera_crop=args.camera_crop,
+                                     state_dim=STATE_DIM)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if args.drift_reference is not None:
+        status = _drift_check(args)
+        if status:
+            return status
+    from vla_envs.backends.franka.make import make_franka_vector_env
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    # SIGTERM as Ctrl-C: the finally below stops the arm and releases the devices either way
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    env = None
+    rows: list[dict[str, Any]] = []
+    try:
+        env = make_franka_vector_env(
+            robot_ip=args.robot_ip, instruction=args.instruction, camera_serial=args.camera_serial,
+            playback_file=args.playback, image_size=image_size, camera_crop=crop, camera_file=args.camera_file,
+            time_limit=args.time_limit, safety_limits=args.safety_limits, dry_run=args.dry_run,
+            operator=args.operator, relative_dynamics_factor=args.relative_dynamics,
+            ignore_realtime=args.ignore_realtime)
+        rows = run_episodes(env, policy, args, args.out)
+    except KeyboardInterrupt:
+        print("\ninterrupted: the arm was stopped; episodes so far are in "
+              f"{args.out / 'episodes'}", file=sys.stderr)
+        return 130
+    except (ConnectionError, ValueError, FileNotFoundError, TimeoutError, EOFError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    finally:
+        if env is not None:
+            env.close()
+        signal.signal(signal.SIGTERM, previous)
+    table, numbers = summary(rows)
+    header = (f"checkpoint: {policy.spec.model_dir}; instruction: {args.instruction!r}; {len(rows)} episodes on "
+              f"the real Franka at {args.robot_ip}{' (dry run)' if args.dry_run else ''}; "
+              f"{time.strftime('%Y-%m-%d %H:%M')}")
+    print(f"\n{header}\n\n{table}")
+    (args.out / "results.md").write_text(f"{header}\n\n{table}\n")
+    (args.out / "results.json").write_text(json.dumps({"checkpoint": policy.spec.model_dir, **numbers,
+                                                       "episodes_rows": rows}, indent=1))
+    return 0
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+def _drift_check(args) -> int:
+    """0 when the camera has not moved beyond the reference's limits (or ``--drift-override``)."""
+    try:
+        from calibration.drift import check_drift
+    except ImportError as e:
+        print(f"error: the drift check needs the calibration package ({e})", file=sys.stderr)
+        return 2
+    import numpy as np
+
+    from real_robot.realsense import RealSenseCamera, RealSenseCameraConfig
+
+    with RealSenseCamera(RealSenseCameraConfig(serial=args.camera_serial or "", playback_file=args.playback)) as cam:
+        image = cam.read(timeout_ms=3000).image
+    report = check_drift(args.drift_reference, np.asarray(image))
+    print(f"calibration drift: {report}", flush=True)
+    if not report.ok and not args.drift_override:
+        print("error: the camera moved since calibration beyond the limits; recalibrate (vla-calibrate handeye) "
+              "or pass --drift-override", file=sys.stderr)
+        return 3
+    return 0
