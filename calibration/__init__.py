@@ -12,7 +12,9 @@ in the robot base frame, ``T_base_from_cam``. The steps, each a module:
     session.py      the recorded session folder a solve reads (and a live collector writes)
     camera_file.py  writing the camera file atomically, with the calibration report in it
     synthetic.py    rendered board views with known poses: tests and ``vla-calibrate selftest``
-    cli.py          ``vla-calibrate board | intrinsics | handeye | selftest``
+    overlay.py      the twin rendered from the camera file over a real frame; robot-silhouette offset
+    drift.py        a pinned view of a fixed board; has the camera moved since (``check_drift``)?
+    cli.py          ``vla-calibrate board | intrinsics | handeye | overlay | drift | selftest``
 
 Frames are named in transforms: ``T_a_from_b`` maps points in frame ``b`` to frame ``a``
 (4x4, metres). ``base`` is the robot base, ``ee`` the robot frame the poses are recorded in

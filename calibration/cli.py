@@ -1,14 +1,19 @@
-"""``vla-calibrate``: print the board, calibrate intrinsics, solve hand-eye into the camera file.
+"""``vla-calibrate``: print the board, calibrate intrinsics, solve hand-eye into the camera file,
+check it against the real camera (overlay) and watch the camera for drift.
 
     vla-calibrate board --out calib/board
     vla-calibrate intrinsics --images calib/intrinsics --board calib/board/board.json --out calib/intrinsics.json
     vla-calibrate handeye --session calib/session --out calib/camera.json
+    vla-calibrate overlay --camera-file calib/camera.json --image real.png --out overlay.png [--qpos Q1 .. Q7]
+    vla-calibrate drift pin --camera-file calib/camera.json --image ref.png --board board.json --out calib/drift_ref
+    vla-calibrate drift check --reference calib/drift_ref --image now.png
     vla-calibrate selftest
 
 Exit status: 0 done; 1 the data cannot be calibrated (board not found, too few or too similar
-poses; the message says which); 2 a bad argument (named); 3 the result is worse than the
-limits (``--max-trans-mm``/``--max-rot-deg``, ``--max-rms-px``), so nothing was written
-unless ``--accept`` was given. Never prompts.
+poses, the twin cannot be rendered; the message says which); 2 a bad argument (named); 3 the
+result is worse than the limits (``--max-trans-mm``/``--max-rot-deg``, ``--max-rms-px``, the
+drift limits), so nothing was written unless ``--accept`` was given (``--override`` for drift).
+Never prompts.
 """
 
 from __future__ import annotations
@@ -19,6 +24,9 @@ import sys
 from pathlib import Path
 
 from calibration.board import DICTIONARY_SIZES, BoardSpec
+from calibration.drift import DEFAULT_MAX_DEG as DRIFT_MAX_DEG
+from calibration.drift import DEFAULT_MAX_MM as DRIFT_MAX_MM
+from calibration.drift import DEFAULT_MAX_PX as DRIFT_MAX_PX
 from calibration.hand_eye import DEFAULT_MAX_ROT_DEG, DEFAULT_MAX_TRANS_MM, METHODS, MIN_SAMPLES
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_OVER_LIMIT = 0, 1, 2, 3
@@ -65,6 +73,16 @@ def existing_file(text: str) -> Path:
     if not path.is_file():
         raise argparse.ArgumentTypeError(f"{text} does not exist")
     return path
+
+
+def crop_box(text: str) -> tuple[int, int, int, int]:
+    try:
+        values = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        values = ()
+    if len(values) != 4:
+        raise argparse.ArgumentTypeError(f"must be four integers L,T,R,B (pixels of the camera file), got {text!r}")
+    return values
 
 
 def load_board(path: Path) -> BoardSpec:
@@ -154,6 +172,110 @@ def cmd_handeye(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# ---------------------------------------------------------------------------------- overlay
+def cmd_overlay(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from calibration.overlay import NUM_ARM_JOINTS, TwinRenderer, TwinUnavailableError, fit_to_view, read_image, \
+        write_overlay
+    from vla_envs.tasks.put_on_plate.camera import load_camera_file
+
+    if args.out.suffix.lower() != ".png":
+        raise UsageError("--out", f"{args.out} must be a .png file (the report goes beside it as .json)")
+    try:
+        camera = load_camera_file(args.camera_file)
+    except ValueError as e:
+        raise UsageError("--camera-file", str(e)) from None
+    try:
+        camera.check_crop(args.camera_crop)
+    except ValueError as e:
+        raise UsageError("--camera-crop", str(e)) from None
+    checks = [("--image", args.image, False)] + ([("--real-mask", args.real_mask, True)] if args.real_mask else [])
+    fitted = {}
+    for flag, path, gray in checks:
+        try:
+            fitted[flag] = fit_to_view(read_image(path, "file", gray=gray), camera, args.camera_crop, str(path))
+        except ValueError as e:
+            raise UsageError(flag, str(e)) from None
+    if args.real_mask and not (fitted["--real-mask"] > 127).any():
+        raise UsageError("--real-mask", f"{args.real_mask} has no robot pixels (robot = gray level above 127)")
+    if args.qpos is not None and (len(args.qpos) != NUM_ARM_JOINTS or not np.isfinite(args.qpos).all()):
+        raise UsageError("--qpos", f"give the {NUM_ARM_JOINTS} arm joint angles in radians, got {args.qpos}")
+    try:
+        renderer = TwinRenderer(args.camera_file, args.camera_crop)
+    except TwinUnavailableError as e:
+        print(f"vla-calibrate overlay: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    with renderer:
+        try:
+            view = renderer.render(args.qpos)
+        except ValueError as e:
+            raise UsageError("--qpos", str(e)) from None
+    real_mask = fitted["--real-mask"] > 127 if args.real_mask else None
+    report = write_overlay(args.out, fitted["--image"], view, mode=args.mode, image=str(args.image),
+                           camera_file=args.camera_file, camera_crop=args.camera_crop, real_mask=real_mask,
+                           real_mask_name=str(args.real_mask) if args.real_mask else None)
+    print(report.summary())
+    print(f"wrote {args.out} ({args.mode}) and {args.out.with_suffix('.json')}")
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------------------- drift
+def cmd_drift_pin(args: argparse.Namespace) -> int:
+    from calibration.drift import pin_reference
+    from vla_envs.tasks.put_on_plate.camera import load_camera_file
+
+    spec = load_board(args.board)
+    try:
+        load_camera_file(args.camera_file)
+    except ValueError as e:
+        raise UsageError("--camera-file", str(e)) from None
+    if args.out.exists() and not args.out.is_dir():
+        raise UsageError("--out", f"{args.out} is a file; give the reference folder")
+    _check_readable(args.image)
+    reference = pin_reference(args.out, args.camera_file, args.image, spec)
+    t = reference.T_cam_from_board[:3, 3]
+    print(f"pinned {args.out}: {len(reference.corner_ids)} corners of the board ({spec.describe()}) at "
+          f"({t[0]:.3f}, {t[1]:.3f}, {t[2]:.3f}) m in the camera, reprojection RMS {reference.pnp_rms_px:.3f} px; "
+          f"camera file {reference.camera_file} sha256 {reference.camera_file_sha256[:12]}. "
+          "Keep the board where it is.")
+    return EXIT_OK
+
+
+def _check_readable(path: Path) -> None:
+    from calibration.overlay import read_image
+
+    try:
+        read_image(path, "file")
+    except ValueError as e:
+        raise UsageError("--image", str(e)) from None
+
+
+def cmd_drift_check(args: argparse.Namespace) -> int:
+    from calibration.drift import DriftReference, DriftReferenceError, check_drift
+
+    try:
+        DriftReference.load(args.reference)
+    except DriftReferenceError as e:
+        raise UsageError("--reference", str(e)) from None
+    _check_readable(args.image)
+    report = check_drift(args.reference, args.image, camera_file=args.camera_file, max_px=args.max_px,
+                         max_mm=args.max_mm, max_deg=args.max_deg)
+    print(report.summary())
+    if report.passed:
+        print("PASS: the camera is where the reference was pinned")
+        return EXIT_OK
+    advice = ("check with `vla-calibrate overlay`; if the camera moved, re-calibrate (`vla-calibrate handeye`) and "
+              "pin a new reference; if only the board moved or the camera file was re-made, pin a new reference")
+    if args.override:
+        print(f"WARNING: drift check failed and was overridden (--override): {'; '.join(report.problems)}. A policy "
+              f"may see the scene differently than in the twin; {advice}", file=sys.stderr)
+        return EXIT_OK
+    print(f"FAIL: {'; '.join(report.problems)}. {advice[0].upper() + advice[1:]}; or pass --override to go on "
+          "anyway", file=sys.stderr)
+    return EXIT_OVER_LIMIT
+
+
 # ---------------------------------------------------------------------------------- self-test
 def cmd_selftest(args: argparse.Namespace) -> int:
     import tempfile
@@ -226,6 +348,45 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fewest samples accepted (default: %(default)s)")
     h.add_argument("--accept", action="store_true", help="write the camera file even if the residuals fail")
     h.set_defaults(func=cmd_handeye)
+
+    o = sub.add_parser("overlay", help="render the twin from the camera file over a real frame; robot silhouette "
+                                       "offset against a real mask")
+    o.add_argument("--camera-file", type=existing_file, required=True, help="the camera file (vla-camera-v1)")
+    o.add_argument("--image", type=existing_file, required=True,
+                   help="a real frame at the camera file's resolution (or already cropped to --camera-crop)")
+    o.add_argument("--out", type=Path, required=True, help="overlay PNG to write; its report goes beside it (.json)")
+    o.add_argument("--mode", choices=("edges", "alpha"), default="edges",
+                   help="edges: the twin's robot and table outlines in green; alpha: 50/50 (default: %(default)s)")
+    o.add_argument("--qpos", type=float, nargs="+", metavar="Q", default=None,
+                   help="the real robot's 7 arm joint angles (radians) when the frame was taken "
+                        "(default: the twin's rest pose)")
+    o.add_argument("--camera-crop", type=crop_box, default=None, metavar="L,T,R,B",
+                   help="render only this region, in the camera file's pixels (as the policy sees it)")
+    o.add_argument("--real-mask", type=existing_file, default=None,
+                   help="the robot's mask in the real frame (PNG, robot > 127): report the silhouette offset and IoU")
+    o.set_defaults(func=cmd_overlay)
+
+    d = sub.add_parser("drift", help="pin a reference view of a fixed board; check later frames against it")
+    dsub = d.add_subparsers(dest="drift_command", required=True)
+    dp = dsub.add_parser("pin", help="store the board's view in a reference folder (right after calibrating)")
+    dp.add_argument("--camera-file", type=existing_file, required=True, help="the camera file in use")
+    dp.add_argument("--image", type=existing_file, required=True, help="a frame showing the fixed board")
+    dp.add_argument("--board", type=existing_file, required=True, help="board.json of the fixed board")
+    dp.add_argument("--out", type=Path, required=True, help="the reference folder to write")
+    dp.set_defaults(func=cmd_drift_pin)
+    dc = dsub.add_parser("check", help="measure the camera's motion since the reference was pinned")
+    dc.add_argument("--reference", type=existing_dir, required=True, help="a folder written by `drift pin`")
+    dc.add_argument("--image", type=existing_file, required=True, help="a current frame showing the board")
+    dc.add_argument("--camera-file", type=existing_file, default=None,
+                    help="the camera file in use: fail if it is not the one the reference was pinned with")
+    dc.add_argument("--max-px", type=positive_float, default=DRIFT_MAX_PX,
+                    help="fail above this mean corner displacement (default: %(default)s)")
+    dc.add_argument("--max-mm", type=positive_float, default=DRIFT_MAX_MM,
+                    help="fail above this camera translation (default: %(default)s)")
+    dc.add_argument("--max-deg", type=positive_float, default=DRIFT_MAX_DEG,
+                    help="fail above this camera rotation (default: %(default)s)")
+    dc.add_argument("--override", action="store_true", help="on failure, warn and exit 0")
+    dc.set_defaults(func=cmd_drift_check)
 
     s = sub.add_parser("selftest", help="solve rendered sessions with known answers (checks this OpenCV)")
     s.add_argument("--seed", type=int, default=0)

@@ -327,7 +327,10 @@ def test_camera_crop_is_the_pinhole_camera_of_the_region():
     u, v, _ = cam.intrinsic @ point / point[2]
     crop = (200, 80, 440, 320)
     uc, vc, _ = cam.intrinsic_for(64, 64, crop) @ point / point[2]
-    assert (uc, vc) == pytest.approx(((u - 200) * 64 / 240, (v - 80) * 64 / 240))
+    # OpenCV pixel centres: the centre of source pixel x is at x, its area [x - 0.5, x + 0.5)
+    assert (uc, vc) == pytest.approx(((u + 0.5 - 200) * 64 / 240 - 0.5, (v + 0.5 - 80) * 64 / 240 - 0.5))
+    np.testing.assert_allclose(cam.intrinsic_for(480, 640), cam.intrinsic)  # the whole image, unscaled
+    np.testing.assert_allclose(cam.render_intrinsic_for(480, 640)[:2, 2], cam.intrinsic[:2, 2] + 0.5)
     np.testing.assert_allclose(cam.intrinsic_for(48, 64, None), cam.intrinsic_for(48, 64))
     assert cam.crop_fractions(crop) == pytest.approx((200 / 640, 80 / 480, 440 / 640, 320 / 480))
     for bad in [(0, 0, 700, 100), (100, 50, 100, 60), (-1, 0, 10, 10), (1, 2, 3), "left"]:

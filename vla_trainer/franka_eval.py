@@ -236,12 +236,21 @@ def _drift_check(args) -> int:
 
     from real_robot.realsense import RealSenseCamera, RealSenseCameraConfig
 
-    with RealSenseCamera(RealSenseCameraConfig(serial=args.camera_serial or "", playback_file=args.playback)) as cam:
-        image = cam.read(timeout_ms=3000).image
-    report = check_drift(args.drift_reference, np.asarray(image))
-    print(f"calibration drift: {report}", flush=True)
-    if not report.ok and not args.drift_override:
-        print("error: the camera moved since calibration beyond the limits; recalibrate (vla-calibrate handeye) "
-              "or pass --drift-override", file=sys.stderr)
-        return 3
+    from calibration.errors import CalibrationError
+
+    try:
+        with RealSenseCamera(RealSenseCameraConfig(serial=args.camera_serial or "",
+                                                   playback_file=args.playback)) as cam:
+            image = cam.read(timeout_ms=3000).image
+        report = check_drift(args.drift_reference, np.asarray(image), camera_file=args.camera_file)
+    except (CalibrationError, ConnectionError, FileNotFoundError, TimeoutError, ValueError) as e:
+        print(f"error: the calibration drift check could not run: {e}", file=sys.stderr)
+        return 2
+    print(f"calibration drift: {report.summary()}", flush=True)
+    if not report.passed:
+        if not args.drift_override:
+            print("error: the camera moved since calibration beyond the limits; recalibrate (vla-calibrate handeye) "
+                  "or pass --drift-override", file=sys.stderr)
+            return 3
+        print("warning: running despite the drift (--drift-override)", file=sys.stderr)
     return 0

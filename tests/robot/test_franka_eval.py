@@ -159,3 +159,35 @@ def test_sigint_mid_episode_stops_the_arm_and_exits_130(franky_sim, recording, t
         p0 = arm.observation().tcp_position_m
         time.sleep(0.5)
         assert np.linalg.norm(arm.observation().tcp_position_m - p0) < 1e-3  # holding still
+
+
+def test_the_drift_check_runs_before_the_robot_is_touched(tmp_path, free_address, capsys):
+    """A camera that moved since calibration stops franka-eval (exit 3) before it connects to the
+    robot; ``--drift-override`` goes on (here to the unreachable robot: exit 2 naming it)."""
+    import cv2
+
+    from calibration.board import BoardSpec
+    from calibration.camera_file import write_camera_file
+    from calibration.drift import pin_reference
+    from calibration.synthetic import BoardRenderer, default_intrinsics, look_at
+    from calibration.transforms import make_transform, rotation_from_rotvec
+    from real_robot.realsense import write_recording
+
+    spec, intrinsics = BoardSpec(), default_intrinsics()
+    R = rotation_from_rotvec(np.radians([35.0, 0.0, 8.0]))
+    T_ref = make_transform(R, np.array([0.02, 0.01, 0.50]) - R @ spec.center_m)
+    T_moved = make_transform(rotation_from_rotvec(np.radians([0.0, 1.5, 0.0])), [0.01, 0.0, 0.0]) @ T_ref
+    renderer, rng = BoardRenderer(spec), np.random.default_rng(0)
+    camera_file = write_camera_file(tmp_path / "camera.json", intrinsics=intrinsics,
+                                    T_base_from_cam=look_at([1.0, -0.4, 0.6], [0.45, 0.0, 0.1]))
+    ref_image = cv2.cvtColor(renderer.render(T_ref, intrinsics, rng, noise_std=1.0), cv2.COLOR_GRAY2RGB)
+    pin_reference(tmp_path / "drift", camera_file, ref_image, spec)
+    moved = cv2.cvtColor(renderer.render(T_moved, intrinsics, rng, noise_std=1.0), cv2.COLOR_GRAY2RGB)
+    rec = write_recording(tmp_path / "moved.db3", [moved] * 4, fps=30)
+    args = ["--checkpoint", str(_no_crop_model(tmp_path)), "--robot-ip", free_address, "--playback", str(rec),
+            "--instruction", "put carrot on plate", "--camera-file", str(camera_file), "--operator", "scripted",
+            "--drift-reference", str(tmp_path / "drift"), "--out", str(tmp_path / "out")]
+    assert main(args) == 3
+    assert "camera moved since calibration" in capsys.readouterr().err
+    assert main([*args, "--drift-override"]) == 2
+    assert free_address in capsys.readouterr().err

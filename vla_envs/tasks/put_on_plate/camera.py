@@ -37,17 +37,27 @@ class CameraFile:
 
     def intrinsic_for(self, height: int, width: int, crop: tuple[int, int, int, int] | None = None) -> np.ndarray:
         """Intrinsics of the image the camera sees, or of its region ``crop``, resized to
-        ``height`` x ``width``. A crop followed by a resize is itself a pinhole camera, so a
+        ``height`` x ``width``, in OpenCV's convention (pixel centres at integer coordinates), the
+        one to project points with. A crop followed by a resize is itself a pinhole camera, so a
         cropped view renders at no extra cost and matches cropping the real camera's frame.
 
         Args:
             crop: ``(left, top, right, bottom)`` in pixels of this file's resolution (see
                 ``check_crop``); None for the whole image.
         """
+        k = self.render_intrinsic_for(height, width, crop)
+        k[:2, 2] -= 0.5
+        return k
+
+    def render_intrinsic_for(self, height: int, width: int, crop: tuple[int, int, int, int] | None = None) -> np.ndarray:
+        """``intrinsic_for`` in the renderer's convention, pixel *corners* at integer coordinates:
+        the principal point is 0.5 px further right and down. SAPIEN takes this one (given the
+        OpenCV one it draws everything 0.5 px up and left), and so does an image resampled by area
+        (cropping and PIL's BOX resize of the real frame). Crop and resize are exact in it."""
         left, top, right, bottom = self.check_crop(crop)
         k = self.intrinsic.copy()
-        k[0, 2] -= left
-        k[1, 2] -= top
+        k[0, 2] += 0.5 - left
+        k[1, 2] += 0.5 - top
         k[0] *= width / (right - left)
         k[1] *= height / (bottom - top)
         return k

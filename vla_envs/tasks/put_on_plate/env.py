@@ -109,14 +109,14 @@ class PutOnPlateInScene25Env(BaseEnv):
     def _default_sensor_configs(self) -> list[CameraConfig]:
         h, w = self.image_hw
         pose = PANDA_BASE * self.camera.sapien_pose_in_base()
-        return [CameraConfig(CAMERA_UID, pose, w, h, intrinsic=self.camera.intrinsic_for(h, w, self.camera_crop),
+        return [CameraConfig(CAMERA_UID, pose, w, h, intrinsic=self.camera.render_intrinsic_for(h, w, self.camera_crop),
                              near=0.01, far=10.0)]
 
     @property
     def _default_human_render_camera_configs(self) -> CameraConfig:
         h, w = self.image_hw
         return CameraConfig("render_camera", PANDA_BASE * self.camera.sapien_pose_in_base(), w, h,
-                            intrinsic=self.camera.intrinsic_for(h, w, self.camera_crop), near=0.01, far=10.0)
+                            intrinsic=self.camera.render_intrinsic_for(h, w, self.camera_crop), near=0.01, far=10.0)
 
     # ------------------------------------------------------------------ scene
     def _load_agent(self, options: dict) -> None:
