@@ -22,7 +22,7 @@ import numpy as np
 
 from calibration.board import BoardSpec, cv_board
 from calibration.errors import BoardNotDetectedError
-from calibration.transforms import make_transform, rotation_from_rotvec, rotvec_from_rotation
+from calibration.transforms import make_transform, rotvec_to_matrix, matrix_to_rotvec
 
 MIN_CORNERS = 6  # PnP on a plane needs 4; 6 keeps one bad corner from deciding the pose
 MAX_HALF_WINDOW_PX = 5
@@ -168,9 +168,9 @@ def board_pose(obs: BoardObservation, camera_matrix: np.ndarray, dist_coeffs: np
     rvec, tvec = cv2.solvePnPRefineLM(obj, img, K, dist, rvec, tvec)
     projected, _ = cv2.projectPoints(obj, rvec, tvec, K, dist)
     rms_px = float(np.sqrt(np.mean(np.sum((projected.reshape(-1, 2) - obs.image_points) ** 2, axis=1))))
-    return make_transform(rotation_from_rotvec(rvec.ravel()), tvec.ravel()), rms_px
+    return make_transform(rotvec_to_matrix(rvec.ravel()), tvec.ravel()), rms_px
 
 
 def pose_to_rvec_tvec(T: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """A 4x4 transform as OpenCV's (rvec, tvec) column vectors."""
-    return rotvec_from_rotation(T[:3, :3]).reshape(3, 1), T[:3, 3].reshape(3, 1).copy()
+    return matrix_to_rotvec(T[:3, :3]).reshape(3, 1), T[:3, 3].reshape(3, 1).copy()

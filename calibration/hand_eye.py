@@ -36,7 +36,7 @@ from enum import Enum
 import numpy as np
 
 from calibration.errors import CalibrationError, InsufficientRotationError, TooFewSamplesError
-from calibration.transforms import invert, make_transform, mean_transform, rotvec_from_rotation, transform_difference
+from calibration.transforms import invert, make_transform, mean_transform, matrix_to_rotvec, transform_difference
 
 METHODS = ("park", "horaud", "andreff", "daniilidis", "robot_world")
 MIN_SAMPLES = 5
@@ -214,7 +214,7 @@ def check_rotation_diversity(T_base_from_ee: Sequence[np.ndarray], min_rotation_
     R = np.asarray(T_base_from_ee, dtype=float)[:, :3, :3]
     i, j = np.triu_indices(len(R), k=1)
     rel = np.einsum("nji,njk->nik", R[i], R[j])  # R_i^T R_j: motion between poses, in the ee frame
-    rotvecs = np.array([rotvec_from_rotation(r) for r in rel])
+    rotvecs = np.array([matrix_to_rotvec(r) for r in rel])
     angles_deg = np.degrees(np.linalg.norm(rotvecs, axis=1))
     max_rotation_deg = float(angles_deg.max())
     if max_rotation_deg < min_rotation_deg:

@@ -25,7 +25,7 @@ import numpy as np
 from calibration.board import BoardSpec, board_image
 from calibration.hand_eye import Mode
 from calibration.intrinsics import Intrinsics
-from calibration.transforms import invert, make_transform, rotation_from_rotvec
+from calibration.transforms import invert, make_transform, rotvec_to_matrix
 
 
 def look_at(eye, target, up=(0.0, 0.0, 1.0)) -> np.ndarray:
@@ -124,7 +124,7 @@ def sample_board_pose(rng: np.random.Generator, spec: BoardSpec, intrinsics: Int
         axis_angle = rng.uniform(0, 2 * np.pi)
         tilt = np.radians(rng.uniform(0, max_tilt_deg)) * np.array([np.cos(axis_angle), np.sin(axis_angle), 0.0])
         roll = np.radians(rng.uniform(-max_roll_deg, max_roll_deg)) * np.array([0.0, 0.0, 1.0])
-        R = rotation_from_rotvec(tilt) @ rotation_from_rotvec(roll)
+        R = rotvec_to_matrix(tilt) @ rotvec_to_matrix(roll)
         pixel = np.array([rng.uniform(0.25, 0.75) * W, rng.uniform(0.25, 0.75) * H, 1.0])
         centre_cam = K_inv @ pixel * rng.uniform(*depth_range_m)
         T = make_transform(R, centre_cam - R @ spec.center_m)
@@ -165,7 +165,7 @@ class Scene:
         for T in boards:
             T_robot = self.robot_pose(T)
             if robot_noise_mm or robot_noise_deg:
-                noise = make_transform(rotation_from_rotvec(np.radians(rng.normal(0, robot_noise_deg, 3))),
+                noise = make_transform(rotvec_to_matrix(np.radians(rng.normal(0, robot_noise_deg, 3))),
                                        rng.normal(0, robot_noise_mm / 1000.0, 3))
                 T_robot = T_robot @ noise
             robots.append(T_robot)
@@ -179,21 +179,21 @@ def make_scene(name: str, spec: BoardSpec | None = None) -> Scene:
         # camera ~1.1 m from the base, beside and above the table; board 3 cm out of the
         # flange, facing along the flange's z (the viewer looks along -z_ee)
         T_cam = look_at([1.05, -0.45, 0.60], [0.45, 0.0, 0.20])
-        T_board = make_transform(rotation_from_rotvec([np.pi, 0.0, 0.0]), [0.0, 0.0, 0.03]) @ \
+        T_board = make_transform(rotvec_to_matrix([np.pi, 0.0, 0.0]), [0.0, 0.0, 0.03]) @ \
             make_transform(np.eye(3), -spec.center_m)
         return Scene(name, Mode.EYE_TO_HAND, T_cam, T_board, spec)
     if name == "overhead":
         # camera 1.25 m above the table looking down, image x along -x of the base: a rotation
         # of 180 degrees about y, tilted 2 degrees; board on a bracket facing -x_ee
-        R = rotation_from_rotvec([0.0, np.pi, 0.0]) @ rotation_from_rotvec(np.radians([1.5, 0.0, 1.3]))
+        R = rotvec_to_matrix([0.0, np.pi, 0.0]) @ rotvec_to_matrix(np.radians([1.5, 0.0, 1.3]))
         T_cam = make_transform(R, [0.50, 0.02, 1.25])
         R_board = np.column_stack([[0.0, 1.0, 0.0], [0.0, 0.0, 1.0], [1.0, 0.0, 0.0]])
         T_board = make_transform(R_board, [-0.02, 0.0, 0.10]) @ make_transform(np.eye(3), -spec.center_m)
         return Scene(name, Mode.EYE_TO_HAND, T_cam, T_board, spec)
     if name == "wrist":
         # camera 6 cm off the flange axis looking along it; board lying on the table face up
-        T_cam = make_transform(rotation_from_rotvec([0.0, 0.0, np.pi / 2]), [0.06, 0.0, 0.04])
-        T_board = make_transform(rotation_from_rotvec([np.pi, 0.0, 0.0]), [0.45, 0.10, 0.0])
+        T_cam = make_transform(rotvec_to_matrix([0.0, 0.0, np.pi / 2]), [0.06, 0.0, 0.04])
+        T_board = make_transform(rotvec_to_matrix([np.pi, 0.0, 0.0]), [0.45, 0.10, 0.0])
         return Scene(name, Mode.EYE_IN_HAND, T_cam, T_board, spec, depth_range_m=(0.35, 0.6))
     raise ValueError(f"scene {name!r} is not defined; allowed: side, overhead, wrist")
 

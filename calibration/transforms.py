@@ -10,6 +10,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+# the rotation conversions are the robot side's (one implementation for the whole project)
+from real_robot.transforms import matrix_to_rotvec, rotation_angle, rotvec_to_matrix  # noqa: F401
+
 
 def make_transform(rotation: np.ndarray, translation: np.ndarray) -> np.ndarray:
     """The 4x4 transform of a 3x3 rotation and a translation (3 values, metres)."""
@@ -25,40 +28,9 @@ def invert(T: np.ndarray) -> np.ndarray:
     return make_transform(R.T, -R.T @ t)
 
 
-def rotation_from_rotvec(rotvec: np.ndarray) -> np.ndarray:
-    """Rotation matrix of an axis-angle vector (radians), Rodrigues' formula."""
-    rotvec = np.asarray(rotvec, dtype=float).reshape(3)
-    angle = float(np.linalg.norm(rotvec))
-    if angle < 1e-12:
-        return np.eye(3)
-    k = rotvec / angle
-    K = np.array([[0.0, -k[2], k[1]], [k[2], 0.0, -k[0]], [-k[1], k[0], 0.0]])
-    return np.eye(3) + np.sin(angle) * K + (1.0 - np.cos(angle)) * K @ K
-
-
-def rotvec_from_rotation(R: np.ndarray) -> np.ndarray:
-    """Axis-angle vector (radians) of a rotation matrix; stable near 0 and 180 degrees."""
-    angle = rotation_angle_rad(R)
-    if angle < 1e-9:
-        return np.zeros(3)
-    if angle > np.pi - 1e-4:
-        # sin(angle) ~ 0: read the axis from the symmetric part, R + I = 2 k k^T at 180 degrees
-        B = (R + np.eye(3)) / 2.0
-        k = B[:, int(np.argmax(np.diag(B)))]
-        k = k / np.linalg.norm(k)
-        return k * angle
-    w = np.array([R[2, 1] - R[1, 2], R[0, 2] - R[2, 0], R[1, 0] - R[0, 1]])
-    return w / (2.0 * np.sin(angle)) * angle
-
-
-def rotation_angle_rad(R: np.ndarray) -> float:
-    """The angle of a rotation matrix, in [0, pi]."""
-    return float(np.arccos(np.clip((np.trace(R) - 1.0) / 2.0, -1.0, 1.0)))
-
-
 def rotation_angle_deg(R: np.ndarray) -> float:
     """The angle of a rotation matrix, in degrees [0, 180]."""
-    return float(np.degrees(rotation_angle_rad(R)))
+    return float(np.degrees(rotation_angle(R)))
 
 
 def nearest_rotation(M: np.ndarray) -> np.ndarray:

@@ -16,17 +16,17 @@ from calibration.drift import DriftReference, check_drift
 from calibration.errors import BoardNotDetectedError
 from calibration.intrinsics import Intrinsics
 from calibration.synthetic import BoardRenderer, default_intrinsics, look_at
-from calibration.transforms import invert, make_transform, rotation_angle_deg, rotation_from_rotvec
+from calibration.transforms import invert, make_transform, rotation_angle_deg, rotvec_to_matrix
 
 SPEC = BoardSpec()
 INTRINSICS = default_intrinsics()
 # the board on a stand on the table, 0.5 m in front of the camera, turned 35 deg away from it
-R_CAM_FROM_BOARD = rotation_from_rotvec(np.radians([35.0, 0.0, 0.0])) @ rotation_from_rotvec(np.radians([0, 0, 8.0]))
+R_CAM_FROM_BOARD = rotvec_to_matrix(np.radians([35.0, 0.0, 0.0])) @ rotvec_to_matrix(np.radians([0, 0, 8.0]))
 T_CAM_FROM_BOARD = make_transform(R_CAM_FROM_BOARD, np.array([0.02, 0.01, 0.50]) - R_CAM_FROM_BOARD @ SPEC.center_m)
 MOVE_MM, MOVE_DEG = 5.0, 0.5
 # a bump of the camera: 5 mm along one direction and 0.5 deg about another, in the camera's frame
 T_CAMREF_FROM_CAMNOW = make_transform(
-    rotation_from_rotvec(np.radians(MOVE_DEG) * np.array([1.0, 2.0, -2.0]) / 3.0),
+    rotvec_to_matrix(np.radians(MOVE_DEG) * np.array([1.0, 2.0, -2.0]) / 3.0),
     MOVE_MM / 1000.0 * np.array([3.0, -4.0, 0.0]) / 5.0)
 
 

@@ -8,7 +8,7 @@ import pytest
 from calibration.errors import InsufficientRotationError, TooFewSamplesError
 from calibration.hand_eye import METHODS, Mode, solve_hand_eye
 from calibration.synthetic import make_scene
-from calibration.transforms import make_transform, rotation_angle_deg, rotation_from_rotvec, transform_difference
+from calibration.transforms import make_transform, rotation_angle_deg, rotvec_to_matrix, transform_difference
 
 SEEDS = range(10)
 SAMPLES = 15
@@ -98,7 +98,7 @@ def test_too_few_poses():
 
 def test_pure_translations_are_rejected():
     rng = np.random.default_rng(0)
-    R = rotation_from_rotvec([0.3, -0.2, 0.1])
+    R = rotvec_to_matrix([0.3, -0.2, 0.1])
     robots = [make_transform(R, rng.uniform(-0.2, 0.2, 3) + [0.5, 0.0, 0.3]) for _ in range(10)]
     boards = [make_transform(np.eye(3), [0.0, 0.0, 0.6]) for _ in range(10)]
     with pytest.raises(InsufficientRotationError, match="barely rotate.*Pure translations"):
@@ -108,7 +108,7 @@ def test_pure_translations_are_rejected():
 def test_rotations_about_one_axis_are_rejected():
     rng = np.random.default_rng(0)
     axis = np.array([0.0, 0.0, 1.0])
-    robots = [make_transform(rotation_from_rotvec(axis * rng.uniform(-1.0, 1.0)), rng.uniform(-0.2, 0.2, 3))
+    robots = [make_transform(rotvec_to_matrix(axis * rng.uniform(-1.0, 1.0)), rng.uniform(-0.2, 0.2, 3))
               for _ in range(10)]
     boards = [make_transform(np.eye(3), [0.0, 0.0, 0.6]) for _ in range(10)]
     with pytest.raises(InsufficientRotationError, match="nearly parallel"):

@@ -170,13 +170,13 @@ def test_the_drift_check_runs_before_the_robot_is_touched(tmp_path, free_address
     from calibration.camera_file import write_camera_file
     from calibration.drift import pin_reference
     from calibration.synthetic import BoardRenderer, default_intrinsics, look_at
-    from calibration.transforms import make_transform, rotation_from_rotvec
+    from calibration.transforms import make_transform, rotvec_to_matrix
     from real_robot.realsense import write_recording
 
     spec, intrinsics = BoardSpec(), default_intrinsics()
-    R = rotation_from_rotvec(np.radians([35.0, 0.0, 8.0]))
+    R = rotvec_to_matrix(np.radians([35.0, 0.0, 8.0]))
     T_ref = make_transform(R, np.array([0.02, 0.01, 0.50]) - R @ spec.center_m)
-    T_moved = make_transform(rotation_from_rotvec(np.radians([0.0, 1.5, 0.0])), [0.01, 0.0, 0.0]) @ T_ref
+    T_moved = make_transform(rotvec_to_matrix(np.radians([0.0, 1.5, 0.0])), [0.01, 0.0, 0.0]) @ T_ref
     renderer, rng = BoardRenderer(spec), np.random.default_rng(0)
     camera_file = write_camera_file(tmp_path / "camera.json", intrinsics=intrinsics,
                                     T_base_from_cam=look_at([1.0, -0.4, 0.6], [0.45, 0.0, 0.1]))
