@@ -13,8 +13,10 @@ key                       space                        meaning
 ========================  ===========================  ==========================================
 
 Action: float ``[7]`` in ``[-1, 1]``: delta end-effector translation xyz (3), delta rotation
-as axis-angle xyz (3), gripper (1; ``-1`` open, ``+1`` close). Each backend scales the
-normalised deltas to metres / radians and documents its scale.
+(3), gripper (1; ``-1`` open, ``+1`` close). Each backend scales the normalised deltas to metres /
+radians and documents its scale and rotation convention: ManiSkill's Panda (``pd_ee_delta_pose``)
+reads the rotation as XYZ Euler angles times -0.1 rad (``real_robot.twin_action``), LIBERO as an
+axis-angle vector; the real Franka does exactly what the ManiSkill twin does.
 """
 
 from __future__ import annotations
