@@ -311,3 +311,21 @@ def test_progress_flags_are_reported_per_step_and_as_once_per_episode():
     _, _, _, _, info = env.step(np.array([[1, 0, 0, 0, 0, 0, 0], [0] * 7], np.float32))
     assert info["reached"].tolist() == [True, False]
     assert make().episode_metrics == ("success_once", "success_at_end", "return", "length")  # no flags, none added
+
+
+@pytest.mark.parametrize("requested,cuda,expected", [
+    ("auto", True, "gpu"),    # a GPU node: its Vulkan driver, also under CPU physics (no lavapipe there)
+    ("auto", False, "cpu"),   # a laptop or CI: lavapipe
+    ("cpu", True, "cpu"), ("gpu", False, "gpu"),   # asked for: kept
+])
+def test_the_render_device_follows_what_is_present(requested, cuda, expected):
+    from vla_envs.backends.maniskill.make import resolve_render_backend
+
+    assert resolve_render_backend(requested, cuda_available=cuda) == expected
+
+
+def test_an_unknown_render_backend_is_refused_with_the_choices():
+    from vla_envs.backends.maniskill.make import resolve_render_backend
+
+    with pytest.raises(ValueError, match=r"render_backend='vulkan'; allowed: \['auto', 'cpu', 'gpu'\]"):
+        resolve_render_backend("vulkan")

@@ -34,7 +34,7 @@ def import_maniskill() -> Any:
 
 def make_maniskill_env(task: str, num_envs: int, sim_backend: str, image_hw: tuple[int, int] | None,
                        reward_mode: str, obs_mode: str = "rgb", register_module: str | None = None,
-                       **kwargs: Any):
+                       render_backend: str = "cpu", **kwargs: Any):
     """Build a ManiSkill env whose own time limit never fires (ours is in ChunkVectorEnv).
 
     ``image_hw`` resizes every sensor (None: the task sizes its cameras itself);
@@ -49,7 +49,7 @@ def make_maniskill_env(task: str, num_envs: int, sim_backend: str, image_hw: tup
     make_kwargs: dict[str, Any] = dict(
         obs_mode=obs_mode, control_mode=CONTROL_MODE, reward_mode=reward_mode,
         num_envs=num_envs, sim_backend=sim_backend,
-        render_backend="cpu" if sim_backend == "physx_cpu" else "gpu",
+        render_backend=render_backend,
         max_episode_steps=2**30, **kwargs,
     )
     if image_hw is not None:

@@ -22,8 +22,26 @@ def resolve_sim_backend(sim_backend: str) -> str:
     return "physx_cuda" if torch.cuda.is_available() else "physx_cpu"
 
 
+RENDER_BACKENDS = ("auto", "cpu", "gpu")
+
+
+def resolve_render_backend(render_backend: str, cuda_available: bool | None = None) -> str:
+    """SAPIEN's render device. ``"auto"``: the GPU's Vulkan driver (``"gpu"``) on a machine with a
+    CUDA GPU, whatever the physics backend (a GPU node rarely has Mesa's software Vulkan, lavapipe),
+    else the CPU's (``"cpu"``, lavapipe). ``cuda_available`` None: ask torch."""
+    if render_backend not in RENDER_BACKENDS:
+        raise ValueError(f"render_backend={render_backend!r}; allowed: {list(RENDER_BACKENDS)}")
+    if render_backend != "auto":
+        return render_backend
+    if cuda_available is None:
+        import torch
+
+        cuda_available = torch.cuda.is_available()
+    return "gpu" if cuda_available else "cpu"
+
+
 def make_maniskill_vector_env(task: str, instruction: str | None, num_envs: int = 1, *,
-                              sim_backend: str = "auto", vectorization: str = "pool",
+                              sim_backend: str = "auto", vectorization: str = "pool", render_backend: str = "auto",
                               image_size: int | tuple[int, int] | None = 128,
                               reward_mode: str = "normalized_dense", obs_mode: str = "rgb",
                               register_module: str | None = None,
@@ -39,6 +57,7 @@ def make_maniskill_vector_env(task: str, instruction: str | None, num_envs: int 
             ``"physx_cuda"`` (all envs in this process, GPU-batched).
         vectorization: CPU only: ``"pool"`` (worker processes, shared memory) or
             ``"serial"`` (this process; for debugging).
+        render_backend: ``"auto"`` (``resolve_render_backend``), ``"cpu"`` or ``"gpu"``.
         image_size: camera side in pixels, or (height, width); None: the task's cameras.
         reward_mode: ManiSkill reward mode.
         obs_mode: ManiSkill observation mode (an rgb mode).
@@ -55,13 +74,14 @@ def make_maniskill_vector_env(task: str, instruction: str | None, num_envs: int 
     image_hw = (image_size, image_size) if isinstance(image_size, int) else (
         tuple(image_size) if image_size is not None else None)
     backend_name = resolve_sim_backend(sim_backend)
+    render = resolve_render_backend(render_backend)
     import_maniskill()  # fail here, with the install command, not inside a worker
     if register_module:
         import importlib
 
         importlib.import_module(register_module)
     check_assets(task)
-    env_kwargs = dict(env_kwargs or {})
+    env_kwargs = dict(env_kwargs or {}, render_backend=render)
     if backend_name == "physx_cuda":
         from vla_envs.backends.maniskill.gpu import ManiSkillGPUBackend
 

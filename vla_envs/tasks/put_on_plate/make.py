@@ -24,7 +24,7 @@ def make_put_on_plate_vector_env(num_envs: int = 1, *, variant: str = "PutOnPlat
                                  reward_shaping: float = 0.0, reward_mode: str = "dense",
                                  expert_start_phases: Sequence[str] = (),
                                  sim_backend: str = "auto", vectorization: str = "pool",
-                                 asset_root: str | Path | None = None,
+                                 render_backend: str = "auto", asset_root: str | Path | None = None,
                                  **contract_kwargs: Any) -> ChunkVectorEnv:
     """PutOnPlateInScene25 as the project's vector env.
 
@@ -63,7 +63,7 @@ def make_put_on_plate_vector_env(num_envs: int = 1, *, variant: str = "PutOnPlat
             "lower"]``: a quarter of the episodes each. Empty (default): every episode starts at
             its initial state. Training only: evaluation must start at the initial state. Needs
             whole-batch resets on the GPU backend (``auto_reset=False``).
-        sim_backend, vectorization: as for every ManiSkill env.
+        sim_backend, vectorization, render_backend: as for every ManiSkill env.
         asset_root: where packs live (default ``$VLA_ENVS_ASSET_DIR``).
         **contract_kwargs: ``ChunkVectorEnv`` options.
     """
@@ -104,7 +104,7 @@ def make_put_on_plate_vector_env(num_envs: int = 1, *, variant: str = "PutOnPlat
     image_hw = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
     env = make_maniskill_vector_env(
         TASK_ID, None, num_envs, sim_backend=sim_backend, vectorization=vectorization,
-        image_size=None, reward_mode=reward_mode, obs_mode="rgb+segmentation",
+        render_backend=render_backend, image_size=None, reward_mode=reward_mode, obs_mode="rgb+segmentation",
         register_module="vla_envs.tasks.put_on_plate.env",
         env_kwargs=dict(pack=pack, variant=variant, camera_file=camera_file,
                         camera_hw=image_hw, camera_crop=camera_crop, robot_uids="panda_lowpoly" if low_poly else "panda",
