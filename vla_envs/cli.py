@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 import time
@@ -30,6 +31,12 @@ def cmd_list(args: argparse.Namespace) -> int:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+    if importlib.util.find_spec("sapien") is not None:
+        from vla_envs.backends.maniskill.physx import physx_library_status
+
+        present, path = physx_library_status()
+        print(f"\nPhysX GPU library (sim_backend='physx_cuda'): {'present' if present else 'missing'}: {path}"
+              + ("" if present else "  (vla-envs fetch-physx)"))
     return 0
 
 
@@ -200,6 +207,18 @@ def cmd_fetch_assets(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_fetch_physx(args: argparse.Namespace) -> int:
+    from vla_envs.backends.maniskill.physx import fetch_physx
+
+    try:
+        path = fetch_physx(home=args.home, url=args.url)
+    except RuntimeError as e:
+        print(f"vla-envs: error: {e}; nothing was installed", file=sys.stderr)
+        return 1
+    print(f"installed {path} (verified: the zip's CRCs, the library's size, and that it loads where CUDA is present)")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="vla-envs", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -243,6 +262,11 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--asset-dir", type=Path, default=None, help="default: $VLA_ENVS_ASSET_DIR or ~/.vla_envs/assets")
     f.add_argument("--check", action="store_true", help="only verify the installed pack against FETCHED.json (offline)")
     f.set_defaults(func=cmd_fetch_assets)
+    x = sub.add_parser("fetch-physx", help="download and verify SAPIEN's PhysX GPU library (needs internet)")
+    x.add_argument("--home", type=Path, default=None,
+                   help="install under DIR/.sapien/physx (a cluster's shared disk; link it to ~/.sapien/physx)")
+    x.add_argument("--url", default=None, help="download from here instead of the sapien-sim GitHub release")
+    x.set_defaults(func=cmd_fetch_physx)
     return p
 
 

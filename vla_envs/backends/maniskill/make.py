@@ -84,6 +84,9 @@ def make_maniskill_vector_env(task: str, instruction: str | None, num_envs: int 
     env_kwargs = dict(env_kwargs or {}, render_backend=render)
     if backend_name == "physx_cuda":
         from vla_envs.backends.maniskill.gpu import ManiSkillGPUBackend
+        from vla_envs.backends.maniskill.physx import check_physx_library
+
+        check_physx_library()  # never let SAPIEN download it inside the env (offline nodes, races)
 
         backend = ManiSkillGPUBackend(task, instruction, num_envs, image_hw, reward_mode, obs_mode,
                                       register_module, **env_kwargs)
