@@ -219,6 +219,17 @@ def cmd_fetch_physx(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from vla_envs.doctor import report, run_checks
+
+    checks = run_checks()
+    print(report(checks))
+    missing = [c.name for c in checks if c.status == "missing"]
+    if missing:
+        print(f"\nmissing: {', '.join(missing)} (see fix)", file=sys.stderr)
+    return 1 if missing else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="vla-envs", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -267,6 +278,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="install under DIR/.sapien/physx (a cluster's shared disk; link it to ~/.sapien/physx)")
     x.add_argument("--url", default=None, help="download from here instead of the sapien-sim GitHub release")
     x.set_defaults(func=cmd_fetch_physx)
+    sub.add_parser("doctor", help="check rendering, CUDA, PhysX, assets and robot extras; print the fixes"
+                   ).set_defaults(func=cmd_doctor)
     return p
 
 

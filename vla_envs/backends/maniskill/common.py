@@ -14,7 +14,8 @@ VULKAN_HINT = (
     "SAPIEN (ManiSkill's renderer) found no usable Vulkan device. On Debian 12 install a "
     "lavapipe from Mesa >= 23 as root: add the bookworm-backports source, then "
     "`apt-get install -t bookworm-backports mesa-vulkan-drivers libvulkan1` "
-    "(scripts/setup.sh does this when run as root)."
+    "(scripts/setup.sh does this when run as root); on a GPU node, the driver's Vulkan ICD. "
+    "`vla-envs doctor` checks every piece."
 )
 # Panda's "pd_ee_delta_pose" scales normalised actions to +/-0.1 m and +/-0.1 rad.
 CONTROL_MODE = "pd_ee_delta_pose"

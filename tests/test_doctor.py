@@ -1,0 +1,34 @@
+"""``vla-envs doctor`` on this machine (CPU, lavapipe, EGL): what passes, what is reported absent,
+and a broken Vulkan setup reported with its fix (exit 1) instead of failing inside a worker."""
+
+from __future__ import annotations
+
+import pytest
+
+from vla_envs.cli import main
+
+
+def _rows(text: str) -> dict[str, str]:
+    return {line[:60].strip(): line[61:].split()[0] for line in text.splitlines()[1:] if line.strip()}
+
+
+@pytest.mark.maniskill
+def test_doctor_reports_this_machine(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))  # no PhysX GPU library under this home
+    assert main(["doctor"]) == 0
+    out = capsys.readouterr().out
+    rows = _rows(out)
+    assert rows["Vulkan (SAPIEN, ManiSkill)"] == "ok" and rows["EGL / OSMesa (MuJoCo, LIBERO)"] == "ok"
+    assert rows["CUDA"] == "absent" and rows["PhysX GPU library"] == "absent"
+    assert "vla-envs fetch-physx" in out
+    assert any(name.startswith("assets: put-on-plate") and status == "ok" for name, status in rows.items())
+
+
+@pytest.mark.maniskill
+def test_a_broken_vulkan_setup_is_missing_with_its_fix(capsys, monkeypatch):
+    monkeypatch.setenv("VK_ICD_FILENAMES", "/nonexistent/icd.json")
+    monkeypatch.setenv("VK_DRIVER_FILES", "/nonexistent/icd.json")
+    assert main(["doctor"]) == 1
+    captured = capsys.readouterr()
+    assert _rows(captured.out)["Vulkan (SAPIEN, ManiSkill)"] == "missing"
+    assert "mesa-vulkan-drivers" in captured.out and "missing: Vulkan" in captured.err
