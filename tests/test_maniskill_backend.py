@@ -119,3 +119,30 @@ def test_missing_assets_raise_with_the_download_command_never_a_prompt():
     with pytest.raises(AssetsMissingError, match="download_asset PutCarrotOnPlateInScene-v1"):
         make_maniskill_vector_env("PutCarrotOnPlateInScene-v1", "put carrot on plate",
                                   num_envs=1, sim_backend="physx_cpu")
+
+
+def test_the_batched_in_process_backend_runs_on_cpu_physics():
+    """``ManiSkillGPUBackend``'s code path (one batched scene in this process, ``env_idx`` partial
+    resets, torch tensors to numpy, all envs stepped together) on CPU PhysX with one env, through
+    the contract, so it is tested where there is no GPU."""
+    from vla_envs.backends.maniskill.gpu import ManiSkillGPUBackend
+
+    backend = ManiSkillGPUBackend("PickCube-v1", "pick up the cube", 1, (64, 64), sim_backend="physx_cpu",
+                                  render_backend="cpu")
+    env = ChunkVectorEnv(backend, time_limit=5)
+    try:
+        assert not env.skip_finished_actions  # the batch steps every env at once
+        obs, info = env.reset(seed=3)
+        assert obs["image"].shape == (1, 64, 64, 3) and obs["image"].dtype == np.uint8 and obs["image"].std() > 5
+        assert obs["state"].shape == (1, 16) and obs["state"].dtype == np.float32
+        again, _ = env.reset(options={"state_ids": info["state_id"]})
+        np.testing.assert_array_equal(again["image"], obs["image"])  # a partial reset to the same id
+        out = env.chunk_step(np.zeros((1, 4, 7), np.float32))
+        assert out.rewards.dtype == np.float32 and out.valid.all()
+        out = env.chunk_step(np.zeros((1, 4, 7), np.float32))
+        assert out.truncated[0, 0] and out.valid[0].tolist() == [True, False, False, False]
+        assert out.info["episode"]["length"][0] == 5 and "grasped_once" in out.info["episode"]
+    finally:
+        env.close()
+    with pytest.raises(ValueError, match="num_envs=2"):
+        ManiSkillGPUBackend("PickCube-v1", None, 2, (64, 64), sim_backend="physx_cpu")

@@ -24,17 +24,21 @@ from vla_envs.core.spaces import make_action_space, make_observation_space
 class ManiSkillGPUBackend(BatchedBackend):
     """``num_envs`` ManiSkill envs batched on the GPU. All envs step together
     (``can_skip_envs`` False); partial resets use ManiSkill's ``env_idx`` option. Arguments
-    as ``ManiSkillTaskEnv``'s."""
+    as ``ManiSkillTaskEnv``'s, plus ``sim_backend``: ``"physx_cuda"``, or ``"physx_cpu"`` with
+    ``num_envs=1`` to run this batched, in-process code path where there is no GPU (the tests)."""
 
     can_skip_envs = False
 
     def __init__(self, task: str, instruction: str | None, num_envs: int,
                  image_hw: tuple[int, int] | None = (128, 128), reward_mode: str = "normalized_dense",
-                 obs_mode: str = "rgb", register_module: str | None = None, **env_kwargs: Any):
+                 obs_mode: str = "rgb", register_module: str | None = None, sim_backend: str = "physx_cuda",
+                 **env_kwargs: Any):
+        if sim_backend == "physx_cpu" and num_envs != 1:
+            raise ValueError(f"sim_backend='physx_cpu' batches one env in a process, got num_envs={num_envs}")
         self.num_envs = num_envs
         self.fixed_instruction = instruction
         self.max_episode_steps = registered_max_steps(task, register_module)
-        self._env = make_maniskill_env(task, num_envs, "physx_cuda", image_hw, reward_mode, obs_mode,
+        self._env = make_maniskill_env(task, num_envs, sim_backend, image_hw, reward_mode, obs_mode,
                                        register_module, **env_kwargs)
         self.num_initial_states = episode_space(self._env.unwrapped)
         raw, info = self._env.reset(**reset_kwargs(self._env.unwrapped, list(range(num_envs))))
