@@ -184,7 +184,7 @@ def limit_step(translation_m: Any, R_delta: Any, T_base_from_tcp: Any,
     R = np.asarray(T_base_from_tcp, dtype=np.float64)[:3, :3]
 
     norm = float(np.linalg.norm(t))
-    if norm > limits.max_translation_per_step_m * (1 + 1e-9):  # not for float noise (0.2 * 0.1 > 0.02)
+    if norm > limits.max_translation_per_step_m * (1 + 1e-6):  # not for float noise (float32 0.2 * 0.1 > 0.02)
         t *= limits.max_translation_per_step_m / norm
         clamps.append("translation_cap")
     # Per axis, the target may not leave [min, max], widened to include where the TCP is now: inside
@@ -198,7 +198,7 @@ def limit_step(translation_m: Any, R_delta: Any, T_base_from_tcp: Any,
 
     rotvec = matrix_to_rotvec(R_delta)
     angle = float(np.linalg.norm(rotvec))
-    if angle > limits.max_rotation_per_step_rad * (1 + 1e-9):
+    if angle > limits.max_rotation_per_step_rad * (1 + 1e-6):
         rotvec *= limits.max_rotation_per_step_rad / angle
         clamps.append("rotation_cap")
     allowed = max(0.0, orientation_excess_rad(R, limits)) + 1e-9

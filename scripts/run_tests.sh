@@ -3,7 +3,7 @@
 # pytest. Extra arguments go to pytest, e.g. `bash scripts/run_tests.sh -m "not slow"`.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-bash "$ROOT/scripts/setup.sh" maniskill,libero,dev,robot
+bash "$ROOT/scripts/setup.sh" maniskill,libero,dev,robot,ros
 cd "$ROOT"
 export HF_HUB_OFFLINE=1 PYTHONHASHSEED=0
 exec .venv/bin/python -m pytest "$@"

@@ -102,6 +102,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--drift-reference", type=Path, help="a `vla-calibrate drift pin` folder to check first")
     p.add_argument("--drift-override", action="store_true", help="run even if the camera moved beyond the limits")
     p.add_argument("--out", type=Path, default=Path("runs/franka_eval"), help="episodes and the results table")
+    p.add_argument("--ros", action="store_true",
+                   help="run the policy, camera and arm bridge as ROS 2 nodes (the same spec as "
+                        "launch/franka_eval.launch.py) until Ctrl-C or --ros-seconds; no episodes or labels")
+    p.add_argument("--ros-seconds", type=float, default=None, help="with --ros: stop the nodes after this long")
+    p.add_argument("--ros-domain-id", type=int, default=0, help="with --ros: the DDS domain (traffic stays local)")
     return p.parse_args(argv)
 
 
@@ -184,6 +189,8 @@ def main(argv: list[str] | None = None) -> int:
         status = _drift_check(args)
         if status:
             return status
+    if args.ros:
+        return run_ros(args, crop)
     from vla_envs.backends.franka.make import make_franka_vector_env
 
     args.out.mkdir(parents=True, exist_ok=True)
@@ -219,6 +226,45 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "results.json").write_text(json.dumps({"checkpoint": policy.spec.model_dir, **numbers,
                                                        "episodes_rows": rows}, indent=1))
     return 0
+
+
+def run_ros(args, crop) -> int:
+    """``--ros``: the camera, policy and bridge nodes from ``vla_trainer.ros_graph``, started
+    without the ROS 2 CLI and supervised: a node that exits stops the others (exit 1, named);
+    Ctrl-C / SIGTERM / ``--ros-seconds`` stop them all (the bridge stops the arm)."""
+    from vla_trainer.ros_graph import franka_eval_graph, local_ros_env, start_nodes, stop_nodes
+
+    try:
+        specs = franka_eval_graph(
+            checkpoint=str(args.checkpoint), robot_ip=args.robot_ip, instruction=args.instruction,
+            camera_serial=args.camera_serial or "", playback_file=args.playback or "", camera_crop=crop,
+            camera_file=str(args.camera_file or ""), safety_limits_file=str(args.safety_limits or ""),
+            dry_run=args.dry_run, relative_dynamics_factor=args.relative_dynamics,
+            ignore_realtime=args.ignore_realtime, home_on_start=True)
+        env = local_ros_env(args.ros_domain_id)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    procs = start_nodes(specs, env, log_dir=args.out / "ros_logs")
+    print(f"started {', '.join(s.name for s in specs)} (logs: {args.out / 'ros_logs'}); Ctrl-C stops them", flush=True)
+    status, deadline = 0, None if args.ros_seconds is None else time.monotonic() + args.ros_seconds
+    try:
+        while deadline is None or time.monotonic() < deadline:
+            dead = [(spec.name, proc.returncode) for spec, proc in zip(specs, procs) if proc.poll() is not None]
+            if dead:
+                print(f"error: node(s) exited: {dead}; see {args.out / 'ros_logs'}", file=sys.stderr)
+                status = 1
+                break
+            time.sleep(0.2)
+    except KeyboardInterrupt:
+        status = 130
+    finally:
+        stop_nodes(procs)
+        signal.signal(signal.SIGTERM, previous)
+    print("stopped every node", flush=True)
+    return status
 
 
 def _interrupt(signum, frame) -> None:

@@ -5,6 +5,7 @@ through the safety layer, with the camera played back from a RealSense recording
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -191,3 +192,21 @@ def test_the_drift_check_runs_before_the_robot_is_touched(tmp_path, free_address
     assert "camera moved since calibration" in capsys.readouterr().err
     assert main([*args, "--drift-override"]) == 2
     assert free_address in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_ros_mode_starts_the_same_nodes_and_stops_them_all(franky_sim, recording, tmp_path):
+    """``franka-eval --ros``: the camera, policy and bridge nodes from the launch file's spec, started
+    without the ROS 2 CLI, run against franky-sim (dry run) and are all stopped at the end."""
+    pytest.importorskip("rclpy", reason="needs the [ros] extra")
+    import subprocess
+
+    args = _without_crop(_args(franky_sim, recording, tmp_path, "--dry-run", "--ros", "--ros-seconds", "12",
+                               "--ros-domain-id", str(100 + os.getpid() % 100)), _no_crop_model(tmp_path))
+    assert main(args) == 0
+    logs = tmp_path / "out" / "ros_logs"
+    assert sorted(p.name for p in logs.iterdir()) == ["camera.log", "franka_bridge.log", "policy.log"]
+    assert "dry run: nothing moves" in (logs / "franka_bridge.log").read_text()
+    assert "publishing" in (logs / "camera.log").read_text()
+    left = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True).stdout.split()
+    assert left == [], "node processes left running"

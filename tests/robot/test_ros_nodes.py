@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from real_robot.nodes.spec import NodeSpec, format_parameter_value, local_ros_env, start_nodes, stop_nodes
+from real_robot.nodes.spec import NodeSpec, local_ros_env, start_nodes, stop_nodes
 from vla_trainer import ros_graph
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -100,6 +100,34 @@ def test_rclpy_parses_the_rendered_arguments_back_to_the_same_values():
         rclpy.shutdown(context=context)
 
 
+def test_nodes_start_with_ordinary_scheduling_from_a_realtime_thread(tmp_path):
+    """A thread that connected franky runs SCHED_FIFO 99 and its children would inherit it; a busy
+    node at realtime priority starves the machine. start_nodes gives every node SCHED_OTHER."""
+    (tmp_path / "sched_probe.py").write_text("import os, sys\n"
+                                             "path = sys.argv[-1].split(':=')[1].strip(\"'\")\n"
+                                             "open(path, 'w').write(str(os.sched_getscheduler(0)))\n")
+    out = tmp_path / "policy.txt"
+    spec = NodeSpec("probe", "sched_probe", {"out": str(out)})
+    result = {}
+
+    def start_from_a_realtime_thread():
+        try:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+        except PermissionError:
+            result["skip"] = True
+            return
+        result["procs"] = start_nodes([spec], {"PYTHONPATH": str(tmp_path)}, die_with_parent=False)
+
+    thread = threading.Thread(target=start_from_a_realtime_thread)
+    thread.start()
+    thread.join()
+    if result.get("skip"):
+        pytest.skip("no permission to set realtime scheduling here")
+    (proc,) = result["procs"]
+    assert proc.wait(30) == 0
+    assert int(out.read_text()) == os.SCHED_OTHER
+
+
 def test_node_modules_keep_the_dependency_rule_and_import_light():
     for path in (ROOT / "real_robot" / "nodes").glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
@@ -125,8 +153,9 @@ def test_the_graph_copies_of_twin_constants_match_the_twin():
 
 
 def test_franka_eval_graph_wires_camera_policy_and_bridge():
-    specs = ros_graph.franka_eval_graph(checkpoint=str(CHECKPOINT), robot_ip="172.16.0.2", instruction="put carrot on plate",
-                                        camera_serial="123622270136", camera_crop=(190, 80, 460, 350), dry_run=True)
+    specs = ros_graph.franka_eval_graph(checkpoint=str(CHECKPOINT), robot_ip="172.16.0.2",
+                                        instruction="put carrot on plate", camera_serial="123622270136",
+                                        camera_crop=(190, 80, 460, 350), dry_run=True)
     by_name = {s.name: s for s in specs}
     assert [s.name for s in specs] == ["camera", "policy", "franka_bridge"]
     assert by_name["camera"].module == "real_robot.nodes.camera_node"
@@ -339,6 +368,9 @@ def recording(ros_env, tmp_path_factory):
 @pytest.fixture(scope="module")
 def graph(ros_env, recording, franky_sim, tmp_path_factory):
     """Camera and bridge nodes of the franka-eval graph (the policy node is added by its test)."""
+    # franky_sim's readiness check connected franky from this thread, which made it SCHED_FIFO 99
+    # (libfranka does that): give it back ordinary scheduling before starting anything from it
+    os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
     folder = tmp_path_factory.mktemp("ros-graph")
     x, y, z = TWIN_REST_TCP_M
     limits = folder / "limits.yaml"  # a 6 cm box around the twin's rest pose
@@ -365,7 +397,6 @@ def log_text(graph, name):
     return (graph.logs / f"{name}.log").read_text(errors="replace")
 
 
-@pytest.mark.slow
 def test_graph_has_the_nodes_topics_and_types_and_data_flows(graph, recording):
     obs = graph.observer
     expected_topics = {"/camera/color/image_raw": ["sensor_msgs/msg/Image"],
@@ -430,7 +461,6 @@ def test_graph_has_the_nodes_topics_and_types_and_data_flows(graph, recording):
     assert 0.0 <= float(np.median(latency_s)) < 0.1, latency_s
 
 
-@pytest.mark.slow
 def test_an_action_chunk_moves_franky_sim_and_a_nan_chunk_moves_nothing(graph):
     obs = graph.observer
     wait_until(lambda: obs.chunk_pub.get_subscription_count() > 0, DISCOVERY_TIMEOUT_S, "the bridge's subscription")
@@ -467,7 +497,6 @@ def test_an_action_chunk_moves_franky_sim_and_a_nan_chunk_moves_nothing(graph):
     assert "non_finite limited a command" in log  # the safety layer saw it (and stopped the arm)
 
 
-@pytest.mark.slow
 def test_stop_service_holds_chunks_until_resume(graph):
     obs = graph.observer
     wait_until(lambda: obs.chunk_pub.get_subscription_count() > 0, DISCOVERY_TIMEOUT_S, "the bridge's subscription")
@@ -482,7 +511,6 @@ def test_stop_service_holds_chunks_until_resume(graph):
     wait_until(lambda: obs.received("sent", resumed_s), 5.0, "the action sent after ~/resume")
 
 
-@pytest.mark.slow
 def test_policy_node_publishes_paced_twin_scaled_chunks(graph, ros_env):
     from vla_envs.backends.franka.twin import TWIN_TRACKING_GAIN
 
@@ -512,7 +540,6 @@ def test_policy_node_publishes_paced_twin_scaled_chunks(graph, ros_env):
     assert "loaded" in log_text(graph, "policy")
 
 
-@pytest.mark.slow
 def test_sigterm_stops_every_node_process(graph):
     procs = dict(graph.procs)
     for name, proc in procs.items():

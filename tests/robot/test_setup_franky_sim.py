@@ -56,8 +56,8 @@ def test_without_the_robot_extra_the_franky_sim_venv_is_left_alone(tmp_path):
     assert not sim_venv.exists()
 
 
-def test_the_test_command_asks_for_the_robot_extra():
-    assert 'setup.sh" maniskill,libero,dev,robot' in (ROOT / "scripts" / "run_tests.sh").read_text()
+def test_the_test_command_asks_for_the_robot_and_ros_extras():
+    assert 'setup.sh" maniskill,libero,dev,robot,ros\n' in (ROOT / "scripts" / "run_tests.sh").read_text()
 
 
 def test_the_franky_sim_venv_is_git_ignored():
