@@ -10,6 +10,8 @@ in the robot base frame, ``T_base_from_cam``. The steps, each a module:
     hand_eye.py     camera-to-robot transform from robot poses and board poses, several
                     OpenCV solvers cross-checked, residuals with a pass/fail threshold
     session.py      the recorded session folder a solve reads (and a live collector writes)
+    collect.py      live collection: scripted poses inside the safety limits, reached through the
+                    SafetyLayer, a frame at rest per pose -> a session folder
     camera_file.py  writing the camera file atomically, with the calibration report in it
     synthetic.py    rendered board views with known poses: tests and ``vla-calibrate selftest``
     overlay.py      the twin rendered from the camera file over a real frame; robot-silhouette offset

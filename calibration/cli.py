@@ -4,16 +4,18 @@ check it against the real camera (overlay) and watch the camera for drift.
     vla-calibrate board --out calib/board
     vla-calibrate intrinsics --images calib/intrinsics --board calib/board/board.json --out calib/intrinsics.json
     vla-calibrate handeye --session calib/session --out calib/camera.json
+    vla-calibrate handeye --robot-ip 172.16.0.2 --camera-serial 123622270136 --board calib/board/board.json \
+        --safety-limits cell_limits.yaml --session-dir calib/session --out calib/camera.json
     vla-calibrate overlay --camera-file calib/camera.json --image real.png --out overlay.png [--qpos Q1 .. Q7]
     vla-calibrate drift pin --camera-file calib/camera.json --image ref.png --board board.json --out calib/drift_ref
     vla-calibrate drift check --reference calib/drift_ref --image now.png
     vla-calibrate selftest
 
 Exit status: 0 done; 1 the data cannot be calibrated (board not found, too few or too similar
-poses, the twin cannot be rendered; the message says which); 2 a bad argument (named); 3 the
-result is worse than the limits (``--max-trans-mm``/``--max-rot-deg``, ``--max-rms-px``, the
-drift limits), so nothing was written unless ``--accept`` was given (``--override`` for drift).
-Never prompts.
+poses, the twin cannot be rendered) or a device failed (the robot or the camera, named); 2 a bad
+argument (named); 3 the result is worse than the limits (``--max-trans-mm``/``--max-rot-deg``,
+``--max-rms-px``, the drift limits), so nothing was written unless ``--accept`` was given
+(``--override`` for drift); 130 interrupted (live collection: the arm was stopped). Never prompts.
 """
 
 from __future__ import annotations
@@ -138,15 +140,44 @@ def cmd_intrinsics(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------------- hand-eye
+LIVE_ARGS = {"robot_ip": "--robot-ip", "camera_serial": "--camera-serial", "playback": "--playback", "board": "--board",
+             "intrinsics": "--intrinsics", "factory_intrinsics": "--factory-intrinsics", "poses": "--poses",
+             "num_poses": "--num-poses", "camera_position": "--camera-position", "safety_limits": "--safety-limits",
+             "relative_dynamics": "--relative-dynamics", "ignore_realtime": "--ignore-realtime",
+             "settle_s": "--settle-s", "session_dir": "--session-dir"}
+DEFAULT_NUM_POSES = 15
+DEFAULT_RELATIVE_DYNAMICS = 0.1
+
+
 def cmd_handeye(args: argparse.Namespace) -> int:
+    if args.out.exists() and args.out.is_dir():
+        raise UsageError("--out", f"{args.out} is a folder; give the camera file's path (e.g. camera.json)")
+    if args.session is not None and args.robot_ip is not None:
+        raise UsageError("--session", "give --session (solve a recorded folder) or --robot-ip (collect live, then "
+                                      "solve), not both")
+    if args.session is None and args.robot_ip is None:
+        raise UsageError("--session", "give --session DIR to solve a recorded session, or --robot-ip IP with the "
+                                      "camera, --board and --session-dir to collect one live")
+    if args.session is None:
+        status = collect_live(args)
+        if status != EXIT_OK:
+            return status
+        session = args.session_dir
+    else:
+        given = [flag for name, flag in LIVE_ARGS.items() if getattr(args, name) not in (None, False)]
+        if given:
+            raise UsageError(given[0], "belongs to live collection (--robot-ip); --session solves a recorded folder")
+        session = args.session
+    return solve_and_write(args, session)
+
+
+def solve_and_write(args: argparse.Namespace, session: Path) -> int:
     from calibration.camera_file import calibration_block, write_camera_file, write_wrist_camera_file
     from calibration.hand_eye import Mode
     from calibration.session import solve_session
 
-    if args.out.exists() and args.out.is_dir():
-        raise UsageError("--out", f"{args.out} is a folder; give the camera file's path (e.g. camera.json)")
     try:
-        result = solve_session(args.session, method=args.method, max_trans_mm=args.max_trans_mm,
+        result = solve_session(session, method=args.method, max_trans_mm=args.max_trans_mm,
                                max_rot_deg=args.max_rot_deg, min_samples=args.min_samples)
     except FileNotFoundError as e:
         raise UsageError("--session", str(e)) from None
@@ -170,6 +201,140 @@ def cmd_handeye(args: argparse.Namespace) -> int:
                                        calibration=block)
         print(f"wrote {path} (eye-in-hand: T_ee_from_cam)")
     return EXIT_OK
+
+
+def collect_live(args: argparse.Namespace) -> int:
+    """``handeye --robot-ip``: check every argument, then connect the camera and the arm, home, record
+    the session through the safety layer (``calibration.collect``), home again."""
+    import json
+
+    import numpy as np
+
+    from calibration.collect import calibration_poses, load_poses, pose_limit_problems
+    from calibration.intrinsics import Intrinsics
+    from real_robot.franky_arm import FrankyArmConfig
+    from real_robot.realsense import RealSenseCameraConfig
+    from real_robot.safety import SafetyLimits
+
+    if args.board is None:
+        raise UsageError("--board", "live collection needs the board.json of the board on the flange")
+    board = load_board(args.board)
+    if args.session_dir is None:
+        raise UsageError("--session-dir", "live collection needs a new folder to record the session into")
+    if args.session_dir.exists() and not args.session_dir.is_dir():
+        raise UsageError("--session-dir", f"{args.session_dir} is a file; give a new folder")
+    if (args.session_dir / "session.json").exists():
+        raise UsageError("--session-dir", f"{args.session_dir} already holds a session; record into a new folder "
+                                          "(or solve it with --session)")
+    if args.camera_serial is None and args.playback is None:
+        raise UsageError("--camera-serial", "live collection needs the camera: its serial (--camera-serial) or a "
+                                            "recording (--playback)")
+    try:
+        limits = SafetyLimits.from_file(args.safety_limits) if args.safety_limits else SafetyLimits()
+    except (ValueError, OSError) as e:
+        raise UsageError("--safety-limits", str(e)) from None
+    if limits.dry_run:
+        raise UsageError("--safety-limits", "dry_run is true: calibration has to move the arm")
+    intrinsics = None
+    if args.intrinsics is not None:
+        try:
+            intrinsics = Intrinsics.from_dict(json.loads(args.intrinsics.read_text()), str(args.intrinsics))
+        except (ValueError, OSError) as e:  # JSONDecodeError is a ValueError
+            raise UsageError("--intrinsics", str(e)) from None
+    if args.poses is not None:
+        try:
+            poses = load_poses(args.poses)
+        except (ValueError, OSError) as e:
+            raise UsageError("--poses", str(e)) from None
+        for i, T in enumerate(poses):
+            if problems := pose_limit_problems(T, limits):
+                raise UsageError("--poses", f"pose {i} lies outside the safety limits: {'; '.join(problems)}")
+    else:
+        try:
+            poses = calibration_poses(limits, args.num_poses or DEFAULT_NUM_POSES,
+                                      camera_position_m=args.camera_position)
+        except ValueError as e:
+            flag = "--camera-position" if "facing the camera" in str(e) else "--safety-limits"
+            raise UsageError(flag, str(e)) from None
+    factor = args.relative_dynamics or min(DEFAULT_RELATIVE_DYNAMICS, limits.max_relative_dynamics_factor)
+    if not 0 < factor <= limits.max_relative_dynamics_factor:
+        raise UsageError("--relative-dynamics", f"{factor:g} is above the safety limits' max_relative_dynamics_factor "
+                                                f"{limits.max_relative_dynamics_factor:g}")
+    try:
+        arm_config = FrankyArmConfig(robot_ip=args.robot_ip, relative_dynamics_factor=factor,
+                                     ignore_realtime=args.ignore_realtime)
+    except ValueError as e:
+        raise UsageError("--robot-ip" if "robot_ip" in str(e) else "--relative-dynamics", str(e)) from None
+    if args.playback is not None and not Path(args.playback).is_file():
+        raise UsageError("--playback", f"{args.playback} does not exist")
+    width, height = (intrinsics.width, intrinsics.height) if intrinsics is not None else (640, 480)
+    try:
+        camera_config = RealSenseCameraConfig(serial=args.camera_serial or "", width=width, height=height,
+                                              playback_file=None if args.playback is None else str(args.playback))
+    except ValueError as e:
+        raise UsageError("--playback" if args.playback else "--camera-serial", str(e)) from None
+
+    positions = np.array([T[:3, 3] for T in poses])
+    span = ", ".join(f"{axis} {lo:.3f}..{hi:.3f}" for axis, lo, hi in zip("xyz", positions.min(0), positions.max(0)))
+    box = ", ".join(f"{axis} {lo:.3f}..{hi:.3f}" for axis, lo, hi in
+                    zip("xyz", limits.workspace_min_m, limits.workspace_max_m))
+    print(f"{len(poses)} poses, TCP {span} m. Safety limits {args.safety_limits or '(defaults)'}: box {box} m, steps "
+          f"<= {limits.max_translation_per_step_m:g} m / {limits.max_rotation_per_step_rad:g} rad, speed {factor:g}. "
+          "The arm homes, visits each pose, and homes again: keep clear, a hand on the stop button.", flush=True)
+    return _run_devices(args, arm_config, camera_config, limits, board, intrinsics, poses)
+
+
+def _run_devices(args, arm_config, camera_config, limits, board, intrinsics, poses) -> int:
+    from calibration.collect import collect_session
+    from calibration.hand_eye import Mode
+    from calibration.session import SessionSpec
+    from real_robot.errors import RealRobotError
+    from real_robot.franky_arm import FrankyArm
+    from real_robot.realsense import RealSenseCamera
+    from real_robot.safety import SafetyLayer
+
+    try:
+        with RealSenseCamera(camera_config) as camera:
+            if intrinsics is None:
+                intrinsics = _factory_intrinsics(camera)
+                K = intrinsics.camera_matrix
+                print(f"factory intrinsics of {camera}: {intrinsics.width}x{intrinsics.height}, fx {K[0, 0]:.2f} "
+                      f"fy {K[1, 1]:.2f} cx {K[0, 2]:.2f} cy {K[1, 2]:.2f}", flush=True)
+            spec = SessionSpec(mode=Mode.EYE_TO_HAND, board=board, intrinsics=intrinsics, ee_frame="tcp")
+            with FrankyArm(arm_config) as arm, SafetyLayer(arm, limits) as safety:
+                safety.home()
+                collect_session(safety, camera, spec, poses, args.session_dir, settle_s=args.settle_s or 0.5,
+                                min_samples=args.min_samples, report=lambda line: print(line, flush=True))
+                safety.home()
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: the arm was stopped; the samples so far are in {args.session_dir}", file=sys.stderr)
+        return 130
+    except (RealRobotError, ConnectionError, TimeoutError, FileNotFoundError) as e:
+        print(f"vla-calibrate handeye: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"recorded {args.session_dir}; solving it", flush=True)
+    return EXIT_OK
+
+
+def _factory_intrinsics(camera):
+    """The RealSense's own intrinsics of the colour stream it is streaming (no distortion model other
+    than OpenCV's Brown-Conrady, or none, is taken as it is)."""
+    from calibration.intrinsics import intrinsics_from_matrix
+    from real_robot.realsense import import_pyrealsense2
+
+    rs = import_pyrealsense2()
+    pipeline = getattr(camera, "_pipeline", None)  # RealSenseCamera's running pipeline: the stream's profile
+    if pipeline is None:
+        raise UsageError("--factory-intrinsics", f"{camera} reports no intrinsics; give --intrinsics")
+    intr = pipeline.get_active_profile().get_stream(rs.stream.color).as_video_stream_profile().get_intrinsics()
+    coeffs = [float(c) for c in intr.coeffs]
+    if intr.model not in (rs.distortion.none, rs.distortion.brown_conrady) and any(abs(c) > 1e-9 for c in coeffs):
+        raise UsageError("--factory-intrinsics", f"{camera} reports the distortion model {intr.model} with coefficients "
+                                                 f"{coeffs}, which OpenCV does not take as they are; calibrate the "
+                                                 "intrinsics (vla-calibrate intrinsics) and pass --intrinsics")
+    K = [[intr.fx, 0.0, intr.ppx], [0.0, intr.fy, intr.ppy], [0.0, 0.0, 1.0]]
+    return intrinsics_from_matrix(K, coeffs[:5], width=int(intr.width), height=int(intr.height),
+                                  source=f"{camera} factory intrinsics")
 
 
 # ---------------------------------------------------------------------------------- overlay
@@ -334,9 +499,40 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--accept", action="store_true", help="write the result even above --max-rms-px")
     i.set_defaults(func=cmd_intrinsics)
 
-    h = sub.add_parser("handeye", help="solve a recorded session folder into the camera file")
-    h.add_argument("--session", type=existing_dir, required=True, help="session folder (see docs/calibration.md)")
+    h = sub.add_parser("handeye", help="solve a recorded session folder into the camera file, or collect one "
+                                       "live first (--robot-ip)")
+    h.add_argument("--session", type=existing_dir, default=None,
+                   help="solve this recorded session folder (see docs/calibration.md)")
     h.add_argument("--out", type=Path, required=True, help="camera file to write (vla-camera-v1 JSON)")
+    live = h.add_argument_group("live collection (eye-to-hand: camera fixed, board on the flange)")
+    live.add_argument("--robot-ip", default=None, help="collect live: the robot's control box (FCI), e.g. 172.16.0.2")
+    cam = live.add_mutually_exclusive_group()
+    cam.add_argument("--camera-serial", default=None, help="the RealSense's serial number")
+    cam.add_argument("--playback", type=Path, default=None, help="a RealSense .db3 recording instead of a live camera")
+    live.add_argument("--board", type=existing_file, default=None, help="board.json of the board on the flange")
+    intr = live.add_mutually_exclusive_group()
+    intr.add_argument("--intrinsics", type=existing_file, default=None,
+                      help="intrinsics.json (vla-calibrate intrinsics) of the stream; sets the stream's resolution")
+    intr.add_argument("--factory-intrinsics", action="store_true",
+                      help="use the RealSense's own intrinsics of its 640x480 colour stream (the default)")
+    poses = live.add_mutually_exclusive_group()
+    poses.add_argument("--poses", type=existing_file, default=None,
+                       help="the TCP poses to visit: a JSON list of 4x4 T_base_from_tcp (default: a scripted set)")
+    poses.add_argument("--num-poses", type=int_at_least(MIN_SAMPLES), default=None,
+                       help=f"size of the scripted pose set (default: {DEFAULT_NUM_POSES})")
+    live.add_argument("--camera-position", type=float, nargs=3, default=None, metavar=("X", "Y", "Z"),
+                      help="the camera's rough position in the base frame (m): scripted poses keep the board "
+                           "facing it")
+    live.add_argument("--safety-limits", type=existing_file, default=None,
+                      help="the cell's safety limits (YAML/JSON, docs/real_robot.md); default: the conservative "
+                           "defaults")
+    live.add_argument("--relative-dynamics", type=positive_float, default=None,
+                      help=f"the arm's speed scale (default: {DEFAULT_RELATIVE_DYNAMICS:g}, at most the limits' "
+                           "max_relative_dynamics_factor)")
+    live.add_argument("--ignore-realtime", action="store_true", help="no realtime kernel (a simulated arm only)")
+    live.add_argument("--settle-s", type=positive_float, default=None,
+                      help="how long the arm must be still before a frame counts (default: 0.5)")
+    live.add_argument("--session-dir", type=Path, default=None, help="the new session folder to record into")
     h.add_argument("--method", choices=("auto", *METHODS), default="auto",
                    help="solver whose answer is written; all run and are compared (default: %(default)s, the "
                         "smallest residuals)")

@@ -1,12 +1,15 @@
-"""Suite-wide guard: a test must not leave process-wide signal handlers changed.
+"""Suite-wide fixtures: the signal-handler guard, and the franky-sim server shared by the robot and
+calibration tests.
 
-A changed SIGINT handler is inherited (when ignored) by every process a later test starts, and
-the Ctrl-C test then sees a child that cannot be interrupted. The guard restores the handler
-after each test and warns with the name of the test that changed it.
+A test must not leave process-wide signal handlers changed: a changed SIGINT handler is inherited
+(when ignored) by every process a later test starts, and the Ctrl-C test then sees a child that
+cannot be interrupted. The guard restores the handler after each test and warns with the name of
+the test that changed it.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import warnings
 
@@ -27,3 +30,27 @@ def restore_signal_handlers(request):
             signal.signal(sig, handler)
             warnings.warn(f"after {request.node.nodeid} (or a fixture torn down before it) the "
                           f"{signal.Signals(sig).name} handler was {now!r}; restored", RuntimeWarning, stacklevel=1)
+
+
+@pytest.fixture(scope="session")
+def franky_sim(tmp_path_factory):
+    """One franky-sim server for the test session (robot and calibration tests); yields its address.
+    Skips where its venv is missing (``tests/franky_sim_server.py``)."""
+    from franky_sim_server import franky_sim_executable, running_server
+
+    exe = franky_sim_executable()
+    if not exe.exists():
+        pytest.skip(f"franky-sim is not installed ({exe} is missing): bash scripts/setup.sh maniskill,libero,dev,robot "
+                    f"makes it")
+    with running_server(tmp_path_factory.mktemp("franky-sim")) as host:
+        yield host
+
+
+@pytest.fixture(autouse=True)
+def ordinary_scheduling():
+    """Put the test thread back on ordinary scheduling after each test: franky raises a thread that
+    talks to a robot to SCHED_FIFO 99 when it may (as root), and processes later tests start would
+    inherit it (busy nodes at realtime priority starve a 2-core machine)."""
+    yield
+    if hasattr(os, "sched_getscheduler") and os.sched_getscheduler(0) != os.SCHED_OTHER:
+        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))

@@ -1,6 +1,6 @@
-"""Fixtures of the robot tests: a franky-sim server (a MuJoCo Franka speaking libfranka's network
-protocol, in its own venv made by ``scripts/setup.sh ...,robot``), arms connected to it, loopback
-addresses nobody listens on.
+"""Fixtures of the robot tests: arms connected to the session's franky-sim server (the ``franky_sim``
+fixture of ``tests/conftest.py``; helpers in ``tests/franky_sim_server.py``), loopback addresses nobody
+listens on.
 
 The server keeps its state between clients: tests that need the TCP at a known pose home the arm
 first (``homed_layer``).
@@ -8,135 +8,11 @@ first (``homed_layer``).
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import os
-import random
-import signal
-import socket
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-FRANKY_SIM_VENV = Path(os.environ.get("VLA_FRANKY_SIM_VENV", ROOT / ".venv-franky-sim"))
-LIBFRANKA_PORTS = (1337, 1338)  # robot, gripper: fixed by libfranka
-SERVER_START_TIMEOUT_S = 60.0
-HOME_TCP_POSITION_M = (0.3069, 0.0, 0.4869)  # franky-sim's FR3 at SafetyLimits' home joints
-
-
-def free_loopback_address() -> str:
-    """A 127.x.y.z address where nothing listens on libfranka's ports, derived from the pid so that
-    parallel test runs on one machine pick different ones."""
-    rng = random.Random(os.getpid() ^ time.monotonic_ns())
-    for _ in range(100):
-        host = f"127.{100 + os.getpid() % 100}.{rng.randint(1, 254)}.{rng.randint(1, 254)}"
-        try:
-            for port in LIBFRANKA_PORTS:
-                with socket.socket() as s:
-                    s.bind((host, port))
-            return host
-        except OSError:
-            continue
-    raise RuntimeError("no free loopback address with ports 1337/1338 free")
-
-
-@pytest.fixture(scope="session")
-def franky_sim(tmp_path_factory) -> str:
-    """Start one franky-sim server for the session; yields its address."""
-    exe = FRANKY_SIM_VENV / "bin" / "franky-sim"
-    if not exe.exists():
-        pytest.skip(f"franky-sim is not installed ({exe} is missing): bash scripts/setup.sh maniskill,libero,dev,robot "
-                    f"makes it")
-    host = free_loopback_address()
-    log_path = tmp_path_factory.mktemp("franky-sim") / "server.log"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen([str(exe), "--simulator", "mujoco", "--hostname", host], stdout=log,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
-    try:
-        wait_until_serving(proc, host, log_path)
-        yield host
-    finally:
-        # SIGTERM by pid: the server ignores SIGINT when it runs in the background
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
-
-
-def _die_with_parent() -> None:
-    """In the child: SIGTERM it when the test process dies, even by SIGKILL (Linux), so that no
-    server outlives a killed test run."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        PR_SET_PDEATHSIG = 1
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-
-
-def wait_until_serving(proc: subprocess.Popen, host: str, log_path: Path) -> None:
-    """Block until a franky client can open a session on the server."""
-    import franky
-
-    deadline_s = time.monotonic() + SERVER_START_TIMEOUT_S
-    while True:
-        if proc.poll() is not None:
-            raise RuntimeError(f"franky-sim exited with {proc.returncode}:\n{log_path.read_text()}")
-        if b"Connect to the server" in log_path.read_bytes():
-            try:
-                franky.Robot(host, realtime_config=franky.RealtimeConfig.Ignore)
-                return
-            except franky.NetworkException:
-                pass
-        if time.monotonic() > deadline_s:
-            raise RuntimeError(f"franky-sim did not serve within {SERVER_START_TIMEOUT_S} s:\n{log_path.read_text()}")
-        time.sleep(0.1)
-
-
-def sim_arm_config(host: str, **overrides):
-    from real_robot.franky_arm import FrankyArmConfig
-
-    return FrankyArmConfig(**{"robot_ip": host, "ignore_realtime": True, "relative_dynamics_factor": 0.5, **overrides})
-
-
-def sim_limits(**overrides):
-    """Limits for the simulated arm: a box of +/-6 cm around the home TCP, faster dynamics than the
-    real robot's defaults (the sim has no people near it)."""
-    from real_robot.safety import SafetyLimits
-
-    x, y, z = HOME_TCP_POSITION_M
-    values = dict(workspace_min_m=(x - 0.06, y - 0.06, z - 0.06), workspace_max_m=(x + 0.06, y + 0.06, z + 0.06),
-                  max_relative_dynamics_factor=0.5, max_translation_per_step_m=0.05, max_rotation_per_step_rad=0.1,
-                  gripper_min_interval_s=0.0, watchdog_timeout_s=5.0)
-    values.update(overrides)
-    return SafetyLimits(**values)
-
-
-@contextlib.contextmanager
-def connected_layer(host: str, arm_overrides: dict | None = None, home: bool = True, **limit_overrides):
-    """A connected FrankyArm on franky-sim behind a SafetyLayer (homed unless ``home=False``)."""
-    from real_robot.franky_arm import FrankyArm
-    from real_robot.safety import SafetyLayer
-
-    if home:  # at the sim's fastest allowed speed, whatever the arm under test is configured with
-        with FrankyArm(sim_arm_config(host)) as homing_arm, SafetyLayer(homing_arm, sim_limits()) as homing:
-            homing.home()
-    arm = FrankyArm(sim_arm_config(host, **(arm_overrides or {})))
-    arm.connect()
-    try:
-        layer = SafetyLayer(arm, sim_limits(**limit_overrides))
-        try:
-            yield layer
-        finally:
-            layer.close()
-    finally:
-        arm.disconnect()
+from franky_sim_server import HOME_TCP_POSITION_M, connected_layer, free_loopback_address, settled_position_m
 
 
 @pytest.fixture
@@ -155,23 +31,6 @@ def layer_factory(franky_sim):
 @pytest.fixture
 def home_tcp_position_m():
     return HOME_TCP_POSITION_M
-
-
-def settled_position_m(layer, timeout_s: float = 3.0):
-    """The TCP position once the arm has come to rest (two readings 0.1 s apart within 0.2 mm).
-    franky-sim's arm lags its commanded motion and keeps moving for a while after a stop."""
-    import numpy as np
-
-    deadline_s = time.monotonic() + timeout_s
-    previous = layer.observation().tcp_position_m
-    while True:
-        time.sleep(0.1)
-        now = layer.observation().tcp_position_m
-        if np.linalg.norm(now - previous) < 2e-4:
-            return now
-        if time.monotonic() > deadline_s:
-            raise AssertionError(f"the arm is still moving after {timeout_s} s ({previous} -> {now})")
-        previous = now
 
 
 @pytest.fixture
