@@ -183,6 +183,11 @@ def solve_and_write(args: argparse.Namespace, session: Path) -> int:
         raise UsageError("--session", str(e)) from None
     print(result.summary())
     hand_eye = result.hand_eye
+    from calibration.plots import plot_residuals
+
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    plot = plot_residuals(hand_eye, Path(args.out).with_name(Path(args.out).stem + "_residuals.png"))
+    print(f"residual plot: {plot}")
     if not hand_eye.passed and not args.accept:
         print(f"FAIL: residuals above the limits; {args.out} not written. Check the board spec (measured square "
               "length), the intrinsics, that the board is rigid on the flange, and drop the worst samples; or pass "

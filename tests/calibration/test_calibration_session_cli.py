@@ -51,6 +51,8 @@ def test_handeye_writes_a_camera_file_the_twin_reads(session, tmp_path, capsys):
     assert report["board"]["square_length_m"] == scene.spec.square_length_m
     assert report["image_size"] == [640, 480] and report["date"][:2] == "20"
     assert np.asarray(report["T_ee_from_board"]).shape == (4, 4)
+    plot = out.with_name("camera_residuals.png")  # the residuals per sample and method, as a picture
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and plot.stat().st_size > 10_000
 
 
 def test_failing_residuals_exit_3_unless_accepted(session, tmp_path, capsys):
