@@ -12,6 +12,7 @@ with its exit code. Either way the parent raises ``WorkerError`` naming the env.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import signal
@@ -183,7 +184,8 @@ class ProcessPoolBackend(BatchedBackend):
         parent, child = self._ctx.Pipe()
         proc = self._ctx.Process(target=_worker, args=(i, self._env_fns[i], child, self._threads),
                                  name=f"vla-env-worker-{i}", daemon=True)
-        proc.start()
+        with _main_module_hidden(self._env_fns[i]):
+            proc.start()
         child.close()
         self._conns[i], self._procs[i] = parent, proc
 
@@ -356,9 +358,41 @@ class ProcessPoolBackend(BatchedBackend):
             pass
 
 
+@contextlib.contextmanager
+def _main_module_hidden(env_fn: Callable[[], TaskEnv]):
+    """Start a worker without re-running the user's script in it.
+
+    ``spawn`` (and ``forkserver``) make a child import the parent's ``__main__`` module first, so a
+    plain script that calls ``gym.make(...)`` at its top level (the README's first lines) would
+    make every worker build envs again, and fail. Our workers need nothing from ``__main__``:
+    while one starts, ``__main__`` shows no file or module name, so the child skips that import.
+    When the env factory itself lives in ``__main__`` (a user's own ``TaskEnv`` in their script)
+    the child needs it, and the script is imported as multiprocessing always does.
+    """
+    import pickle
+
+    main = sys.modules.get("__main__")
+    try:
+        needs_main = b"__main__" in pickle.dumps(env_fn)
+    except Exception:  # noqa: BLE001  unpicklable here: let multiprocessing report it as usual
+        needs_main = True
+    if main is None or needs_main:
+        yield
+        return
+    saved = {k: main.__dict__[k] for k in ("__file__", "__spec__") if k in main.__dict__}
+    main.__dict__.pop("__file__", None)
+    main.__spec__ = None
+    try:
+        yield
+    finally:
+        main.__dict__.pop("__spec__", None)
+        main.__dict__.update(saved)
+
+
 _STARTING = (
-    "starting (its stderr above has the cause; a script that creates envs at import time must "
-    "do so under `if __name__ == \"__main__\":`, since workers are spawned and import the main module)"
+    "starting (its stderr above has the cause; a script whose own env factory is defined in it, and "
+    "that creates envs at import time, must do so under `if __name__ == \"__main__\":`: such workers "
+    "import the script)"
 )
 
 
