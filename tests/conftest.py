@@ -9,6 +9,7 @@ the test that changed it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import warnings
@@ -32,18 +33,34 @@ def restore_signal_handlers(request):
                           f"{signal.Signals(sig).name} handler was {now!r}; restored", RuntimeWarning, stacklevel=1)
 
 
+_franky_sim = contextlib.ExitStack()
+_last_franky_sim_user: str | None = None
+
+
+@pytest.hookimpl(trylast=True)  # after -k / -m deselection
+def pytest_collection_modifyitems(items):
+    global _last_franky_sim_user
+    users = [item.nodeid for item in items if "franky_sim" in getattr(item, "fixturenames", ())]
+    _last_franky_sim_user = users[-1] if users else None
+
+
+def pytest_runtest_teardown(item, nextitem):
+    if item.nodeid == _last_franky_sim_user:
+        _franky_sim.close()  # idle, the server takes a quarter core for the rest of the suite
+
+
 @pytest.fixture(scope="session")
 def franky_sim(tmp_path_factory):
-    """One franky-sim server for the test session (robot and calibration tests); yields its address.
-    Skips where its venv is missing (``tests/franky_sim_server.py``)."""
+    """One franky-sim server for the robot and calibration tests; yields its address. Stopped
+    after the last test that uses it. Skips where its venv is missing (``tests/franky_sim_server.py``)."""
     from franky_sim_server import franky_sim_executable, running_server
 
     exe = franky_sim_executable()
     if not exe.exists():
         pytest.skip(f"franky-sim is not installed ({exe} is missing): bash scripts/setup.sh maniskill,libero,dev,robot "
                     f"makes it")
-    with running_server(tmp_path_factory.mktemp("franky-sim")) as host:
-        yield host
+    yield _franky_sim.enter_context(running_server(tmp_path_factory.mktemp("franky-sim")))
+    _franky_sim.close()
 
 
 @pytest.fixture(autouse=True)
