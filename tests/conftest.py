@@ -44,6 +44,7 @@ def pytest_collection_modifyitems(items):
     _last_franky_sim_user = users[-1] if users else None
 
 
+@pytest.hookimpl(trylast=True)  # after the item's fixtures (e.g. a module's ROS graph on the server) are torn down
 def pytest_runtest_teardown(item, nextitem):
     if item.nodeid == _last_franky_sim_user:
         _franky_sim.close()  # idle, the server takes a quarter core for the rest of the suite
