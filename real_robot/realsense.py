@@ -110,20 +110,25 @@ class RealSenseCamera(Camera):
             cfg.enable_device(self.config.serial)
             cfg.enable_stream(rs.stream.color, self.config.width, self.config.height, rs.format.rgb8, self.config.fps)
         pipeline = rs.pipeline()
+        # check the stream before streaming: stopping a playback right after starting it can crash
+        # librealsense, so a refused recording is never started
+        if not cfg.can_resolve(rs.pipeline_wrapper(pipeline)):
+            raise ValueError(f"{self}: the camera offers no {self.config.width}x{self.config.height} rgb8 color "
+                             f"stream at {self.config.fps} fps")
+        stream = cfg.resolve(rs.pipeline_wrapper(pipeline)).get_stream(rs.stream.color).as_video_stream_profile()
+        size = (stream.height(), stream.width())
+        if size != self.image_hw:
+            raise ValueError(f"{self}: the color stream is {size[1]}x{size[0]}, the config asks for "
+                             f"width={self.config.width}, height={self.config.height}")
+        if stream.format() not in (rs.format.rgb8, rs.format.bgr8):
+            raise ValueError(f"{self}: color format {stream.format()} is not supported; rgb8 or bgr8")
         profile = pipeline.start(cfg)
-        try:
-            stream = profile.get_stream(rs.stream.color).as_video_stream_profile()
-            size = (stream.height(), stream.width())
-            if size != self.image_hw:
-                raise ValueError(f"{self}: the color stream is {size[1]}x{size[0]}, the config asks for "
-                                 f"width={self.config.width}, height={self.config.height}")
-            if stream.format() not in (rs.format.rgb8, rs.format.bgr8):
-                raise ValueError(f"{self}: color format {stream.format()} is not supported; rgb8 or bgr8")
-            if self.config.playback_file is not None:
+        if self.config.playback_file is not None:
+            try:
                 profile.get_device().as_playback().set_real_time(self.config.playback_real_time)
-        except Exception:
-            pipeline.stop()
-            raise
+            except Exception:
+                pipeline.stop()
+                raise
         self._pipeline = pipeline
 
     def _grab(self, timeout_ms: int) -> CameraFrame | None:
