@@ -26,7 +26,8 @@ import torch
 
 import vla_trainer.update as update
 from vla_trainer.advantages import compute_targets
-from vla_trainer.build import load_bc_demos, make_optimizer
+from vla_trainer.behaviour_cloning import load_bc_demos
+from vla_trainer.build import make_optimizer
 from vla_trainer.config import load_config
 from vla_trainer.models import VLAPolicy, build_model
 from vla_trainer.rollout import Rollout

@@ -11,8 +11,8 @@ from test_trainer_update import synthetic_rollout
 from tiny_vla import policy_for, tiny
 
 from vla_trainer.advantages import compute_targets
-from vla_trainer.behaviour_cloning import DemoBatches
-from vla_trainer.build import load_bc_demos, make_optimizer
+from vla_trainer.behaviour_cloning import DemoBatches, load_bc_demos
+from vla_trainer.build import make_optimizer
 from vla_trainer.config import load_config
 from vla_trainer.config.loading import ConfigError
 from vla_trainer.update import update_policy

@@ -11,21 +11,10 @@ from synthetic_demos import EPISODES, IMAGE, INSTRUCTIONS, STEPS, expert_action,
 from tiny_vla import tiny  # also sets HF_HUB_OFFLINE and one torch thread
 
 from vla_trainer.cli import main as cli_main
+from vla_trainer.data import action_chunks, build_samples, epoch_pool, release_chunks, resize_images
 from vla_trainer.models import VLAPolicy, load_pretrained, unnormalize_actions
-from vla_trainer.sft import (
-    action_chunks,
-    action_error_by_step,
-    build_samples,
-    epoch_pool,
-    gaussian_bin_targets,
-    lr_factor,
-    nll_loss,
-    normalize_actions,
-    release_chunks,
-    resize_images,
-    target_token_ids,
-    train_sft,
-)
+from vla_trainer.models.token_targets import gaussian_bin_targets, nll_loss, normalize_actions, target_token_ids
+from vla_trainer.sft import action_error_by_step, lr_factor, train_sft
 
 PRESET = "tiny-openvla-oft"
 
@@ -345,7 +334,7 @@ def test_cli_layout_token_on_a_new_model_or_added_to_a_checkpoint_without_one(tm
 
 
 def test_cli_proprio_adds_the_robot_state_z_scored_with_the_demos_statistics(tmp_path, capsys):
-    from vla_trainer.sft import load_episodes, state_stats
+    from vla_trainer.data import load_episodes, state_stats
 
     demos = write_demos(tmp_path / "cli_demos", episodes=2, steps=4)
     states = np.concatenate([e["state"] for e in load_episodes(demos)]).astype(np.float64)

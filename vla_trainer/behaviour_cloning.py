@@ -3,7 +3,7 @@
 With a sparse reward and few parallel envs most PPO / GRPO updates carry little signal, and the
 policy can drift from what its supervised warm start did well. This term adds, to every
 optimizer step, ``bc_coef`` times the mean negative log-likelihood of ``bc_batch_size``
-demonstration samples' action tokens (``sft.nll_loss``, the SFT objective), drawn with the
+demonstration samples' action tokens (``models.token_targets.nll_loss``, the SFT objective), drawn with the
 update's seeded generator so that a resumed run draws the same ones.
 """
 
@@ -14,8 +14,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from .config.loading import ConfigError
+from .config.schema import TrainConfig
+from .data import SFTSamples, build_samples, resize_images
 from .models import VLAPolicy
-from .sft import SFTSamples, build_samples, nll_loss, resize_images, target_token_ids
+from .models.token_targets import nll_loss, target_token_ids
 
 
 @dataclass
@@ -23,7 +26,7 @@ class DemoBatches:
     """Demonstration samples at the policy's image size and their target action tokens.
 
     Shapes:
-        samples: ``M`` samples (``sft.SFTSamples``), images ``[M, S, S, 3]``.
+        samples: ``M`` samples (``data.SFTSamples``), images ``[M, S, S, 3]``.
         tokens: int64 ``[M, C, 7]`` action token ids of each sample's action chunk.
     """
 
@@ -48,3 +51,18 @@ class DemoBatches:
         """The mean NLL per target token of samples ``idx`` under ``policy`` (differentiable, a scalar)."""
         inputs = policy.prepare(self.samples.obs(idx))
         return nll_loss(policy, inputs, self.tokens[idx].to(policy.device))
+
+
+def load_bc_demos(cfg: TrainConfig, policy: VLAPolicy) -> DemoBatches | None:
+    """The behaviour-cloning term's demonstrations (``algorithm.bc_demo_dirs``) when
+    ``algorithm.bc_coef`` > 0, else None.
+
+    Raises:
+        ConfigError: a folder that is not a demo folder or holds no steps, naming the key.
+    """
+    if cfg.algorithm.bc_coef <= 0:
+        return None
+    try:
+        return DemoBatches.load(cfg.algorithm.bc_demo_dirs, policy)
+    except (FileNotFoundError, ValueError) as e:
+        raise ConfigError(f"algorithm.bc_demo_dirs: {e}") from None

@@ -100,21 +100,3 @@ def make_optimizer(policy, cfg: TrainConfig) -> tuple[torch.optim.Optimizer, lis
     optimizer = torch.optim.AdamW(groups, betas=(o.adam_beta1, o.adam_beta2), eps=o.adam_eps,
                                   weight_decay=o.weight_decay)
     return optimizer, params
-
-
-def load_bc_demos(cfg: TrainConfig, policy):
-    """The behaviour-cloning term's demonstrations (``algorithm.bc_demo_dirs``) when
-    ``algorithm.bc_coef`` > 0, else None.
-
-    Raises:
-        ConfigError: a folder that is not a demo folder or holds no steps, naming the key.
-    """
-    from .behaviour_cloning import DemoBatches
-    from .config.loading import ConfigError
-
-    if cfg.algorithm.bc_coef <= 0:
-        return None
-    try:
-        return DemoBatches.load(cfg.algorithm.bc_demo_dirs, policy)
-    except (FileNotFoundError, ValueError) as e:
-        raise ConfigError(f"algorithm.bc_demo_dirs: {e}") from None

@@ -99,7 +99,7 @@ def training_policy(args: argparse.Namespace):
         else:
             model, tokenizer = build_model(args.preset, seed=args.seed, **overrides)
         if getattr(args, "proprio", False) and not model.config.proprio_dim:
-            from vla_trainer.sft import state_stats
+            from vla_trainer.data import state_stats
 
             model.add_proprio(state_stats(args.demos))  # the demos' robot state, z-scored by their statistics
     except (VLAModelError, FileNotFoundError, OSError, ValueError) as e:

@@ -19,7 +19,6 @@ below is the same for both.
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,22 +30,11 @@ from tqdm import tqdm
 from .advantages import compute_targets, concat_targets
 from .algorithms import explained_variance
 from .build import rollout_key
-from .checkpoint import (
-    check_resumable,
-    fingerprint,
-    fingerprint_hash,
-    resolve_resume,
-    save_model,
-    write_atomic_dir,
-    write_text_atomic,
-)
+from .checkpoint import check_resumable, fingerprint, resolve_resume, write_text_atomic
 from .config import check_batch_sizes, to_dict, to_yaml
 from .config.schema import TrainConfig
 from .metrics_log import MetricLogger, read_metrics, success_curve
 from .rollout import concat_rollouts
-
-KEEP_CHECKPOINTS = 2
-
 
 @dataclass
 class TrainResult:
@@ -55,28 +43,6 @@ class TrainResult:
     env_steps: int
     last_eval: dict | None
     checkpoint: Path | None
-
-
-# ----------------------------------------------------------------------------- checkpoints
-def save_train_checkpoint(run_dir: Path, cfg: TrainConfig, policy, optimizer, state: dict) -> Path:
-    """``run_dir/checkpoints/iter_XXXXXX`` (atomic) and the ``latest`` pointer; keeps the newest few."""
-    ckpt_root = run_dir / "checkpoints"
-    name = f"iter_{state['iteration']:06d}"
-
-    def fill(tmp: Path) -> None:
-        save_model(policy, tmp / "model")
-        torch.save({**state, "optimizer": optimizer.state_dict()}, tmp / "trainer_state.pt")
-        (tmp / "config.yaml").write_text(to_yaml(cfg))
-        flat = fingerprint(to_dict(cfg))
-        meta = {k: state[k] for k in ("iteration", "env_steps", "asset_pack", "wall_time_s")}
-        (tmp / "meta.json").write_text(json.dumps(
-            {**meta, "config_fingerprint": fingerprint_hash(flat), "fingerprint_keys": flat}, indent=1, default=str))
-
-    path = write_atomic_dir(ckpt_root / name, fill)
-    write_text_atomic(ckpt_root / "latest", name + "\n")
-    for old in sorted(ckpt_root.glob("iter_*"))[:-KEEP_CHECKPOINTS]:
-        shutil.rmtree(old, ignore_errors=True)
-    return path
 
 
 def _episode_stats(prefix: str, episodes: dict) -> dict:

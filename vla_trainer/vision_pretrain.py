@@ -26,8 +26,9 @@ from tqdm import tqdm
 
 from .models import VLAPolicy
 from .models.vision import images_to_pixel_values
-from .scene import TARGETS_PER_BODY, PatchHead, scene_errors, scene_targets
-from .sft import DemoFolders, load_episodes, resize_images, save_checkpoint
+from .data import TARGETS_PER_BODY, DemoFolders, load_episodes, resize_images, scene_targets
+from .scene import PatchHead, scene_errors
+from .sft import save_checkpoint
 
 
 def load_scene_frames(demo_dirs: DemoFolders, image_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:

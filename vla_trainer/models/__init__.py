@@ -3,7 +3,7 @@
 Entry points:
     build_model(preset)            tiny CPU presets and the 7B architecture (presets.py)
     load_official_openvla(source)  official openvla/openvla-7b weights into our classes
-    load_pretrained(directory)     our saved / exported checkpoints (checkpoint.py)
+    load_pretrained(directory)     our saved / exported checkpoints (models/checkpoint.py)
     VLAPolicy(model, tokenizer)    env observations -> action chunks, log-probs, values
     apply_lora / save_lora / load_lora / export_merged   (lora.py)
 """

@@ -17,7 +17,9 @@ from pathlib import Path
 
 import torch
 
-from vla_trainer.build import build_policy, iteration_seed, load_bc_demos, make_env, make_optimizer
+from vla_trainer.build import build_policy, iteration_seed, make_env, make_optimizer
+from vla_trainer.behaviour_cloning import load_bc_demos
+from vla_trainer.checkpoint import restore_rng, rng_state, save_train_checkpoint
 from vla_trainer.config.schema import TrainConfig
 from vla_trainer.evaluation import evaluate_recipe
 from vla_trainer.models import EnvGenerators
@@ -25,24 +27,10 @@ from vla_trainer.rollout import Rollout, collect_rollout
 from vla_trainer.update import update_policy
 
 
-def restore_rng(update_gen: torch.Generator, state: dict | None) -> None:
-    """Minibatch order and torch's global generator (dropout) from a training checkpoint."""
-    if state is not None:
-        update_gen.set_state(state["update_gen"])
-        torch.set_rng_state(state["torch_rng"])
-
-
-def rng_state(update_gen: torch.Generator) -> dict:
-    return {"update_gen": update_gen.get_state(), "torch_rng": torch.get_rng_state()}
-
-
 class LocalRuntime:
     name = "local"
 
     def __init__(self, cfg: TrainConfig, resume_from: Path | None = None, state: dict | None = None):
-        from vla_trainer.runner import save_train_checkpoint
-
-        self._save = save_train_checkpoint
         self.cfg = cfg
         if cfg.env.enable_offload or cfg.rollout.enable_offload or cfg.actor.enable_offload:
             warnings.warn("enable_offload has no effect with cluster.runtime=local: env, rollout and actor share "
@@ -92,7 +80,7 @@ class LocalRuntime:
         return evaluate_recipe(self.eval_env, self.policy, cfg)
 
     def save(self, run_dir: Path, state: dict) -> Path:
-        return self._save(run_dir, self.cfg, self.policy, self.optimizer, {**state, **rng_state(self.update_gen)})
+        return save_train_checkpoint(run_dir, self.cfg, self.policy, self.optimizer, {**state, **rng_state(self.update_gen)})
 
     def close(self) -> None:
         self.env.close()

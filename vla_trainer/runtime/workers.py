@@ -27,7 +27,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from vla_trainer.build import build_policy, iteration_seed, load_bc_demos, make_env, make_optimizer
+from vla_trainer.build import build_policy, iteration_seed, make_env, make_optimizer
+from vla_trainer.behaviour_cloning import load_bc_demos
+from vla_trainer.checkpoint import restore_rng, rng_state, save_train_checkpoint
 from vla_trainer.config.schema import TrainConfig
 from vla_trainer.models import EnvGenerators
 from vla_trainer.rollout import autoreset_mode, finished_episodes, truncated_finals, values_of
@@ -186,8 +188,6 @@ class RolloutWorker:
 class ActorWorker:
     def __init__(self, cfg: TrainConfig, spec: WorkerSpec, world_size: int, resume_from: str | None,
                  state: dict | None):
-        from vla_trainer.runtime.local import restore_rng
-
         pin(spec)
         self.cfg, self.spec, self.world_size = cfg, spec, world_size
         resume = Path(resume_from) if resume_from else None
@@ -238,9 +238,6 @@ class ActorWorker:
         return {k: v.detach().cpu() for k, v in self.policy.model.state_dict().items()}
 
     def save(self, run_dir: str, state: dict) -> Path:
-        from vla_trainer.runner import save_train_checkpoint
-        from vla_trainer.runtime.local import rng_state
-
         return save_train_checkpoint(Path(run_dir), self.cfg, self.policy, self.optimizer,
                                      {**state, **rng_state(self.update_gen)})
 

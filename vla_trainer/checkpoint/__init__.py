@@ -1,0 +1,20 @@
+"""Checkpoints: atomic writes, model folders and resumable training state.
+
+``atomic`` (folder and text writes) and ``layout`` (where a run keeps its checkpoints) <-
+``model_io`` (save / resolve / load / publish a model folder) <- ``train_state`` (training
+checkpoints, the resume fingerprint, RNG state).
+"""
+
+from .atomic import write_atomic_dir, write_text_atomic
+from .layout import KEEP_CHECKPOINTS, checkpoint_name, latest_checkpoint
+from .model_io import TRAINING_RECORDS, load_model, publish_half_precision, resolve_model_dir, save_model
+from .train_state import (
+    RESUMABLE_CHANGES,
+    check_resumable,
+    fingerprint,
+    fingerprint_hash,
+    resolve_resume,
+    restore_rng,
+    rng_state,
+    save_train_checkpoint,
+)

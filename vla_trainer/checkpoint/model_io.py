@@ -1,0 +1,110 @@
+"""Model folders: save a policy, find the model folder a path names, load it, publish a copy.
+
+A model folder holds ``config.json`` + ``model.safetensors`` + the tokenizer (or a LoRA run's
+adapters, ``adapter_config.json``), loadable on its own with ``load_model``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from .atomic import write_atomic_dir
+from .layout import latest_checkpoint
+
+TRAINING_RECORDS = ("sft_metrics.json", "vision_metrics.json", "sft_curve.png")
+
+
+def publish_half_precision(src: str | Path, dst: str | Path, made_by: dict) -> Path:
+    """Copies the model checkpoint folder ``src`` to ``dst`` (atomically) with its floating-point
+    weights stored as float16 and ``made_by`` (how it was produced) in ``made_by.json``.
+    Training records (``TRAINING_RECORDS``, which name the folder they were written to) stay
+    behind; put what matters of them into ``made_by``.
+
+    Half the bytes of a float32 checkpoint, for one that is shipped in the repository. The config
+    still says float32, so ``load_pretrained(dst)`` returns a float32 model (the weights rounded to
+    float16, relative error <= 2^-11).
+    """
+    from safetensors.torch import load_file, save_file
+
+    src = Path(src)
+    if not (src / "config.json").is_file() or not (src / "model.safetensors").is_file():
+        raise FileNotFoundError(f"{src} is not a model checkpoint folder (config.json + model.safetensors)")
+
+    def fill(tmp: Path) -> None:
+        for f in src.iterdir():
+            if f.is_file() and f.name != "model.safetensors" and f.name not in TRAINING_RECORDS:
+                shutil.copy2(f, tmp / f.name)
+        weights = load_file(str(src / "model.safetensors"))
+        half = {k: v.half() if v.is_floating_point() else v for k, v in weights.items()}
+        save_file(half, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        (tmp / "made_by.json").write_text(json.dumps(made_by, indent=1) + "\n")
+
+    return write_atomic_dir(dst, fill)
+
+
+def save_model(policy, directory: Path) -> None:
+    """The policy's weights (adapters for a peft model) and tokenizer into ``directory``."""
+    from transformers.utils import logging as hf_logging
+
+    from ..models import save_lora
+
+    hf_logging.disable_progress_bar()  # one "Writing model shards" bar per checkpoint would bury the training bar
+    if hasattr(policy.model, "get_base_model"):
+        save_lora(policy.model, directory)
+    else:
+        policy.model.save_pretrained(directory)
+    policy.tokenizer.save_pretrained(directory)
+
+
+def resolve_model_dir(path: str | Path) -> Path:
+    """The model folder that ``path`` names: a model folder itself (``vla-train sft --out``, a
+    shipped warm start, the adapters of a LoRA run's checkpoint), a training checkpoint (its
+    ``model/``) or a run folder (its latest checkpoint's ``model/``).
+
+    Raises:
+        FileNotFoundError: none of these.
+    """
+    path = Path(path)
+    latest = latest_checkpoint(path)
+    for candidate in (path, path / "model", *([latest / "model"] if latest is not None else [])):
+        if (candidate / "config.json").is_file() or (candidate / "adapter_config.json").is_file():
+            return candidate
+    raise FileNotFoundError(f"{path}: not a checkpoint folder: neither a model folder (config.json), a training "
+                            "checkpoint (model/) nor a run folder (checkpoints/latest)")
+
+
+def load_model(path: str | Path):
+    """``(model, tokenizer, model_dir)`` of what ``path`` names (``resolve_model_dir``), on the CPU.
+
+    A LoRA run's checkpoint holds adapters only: they are applied to the base model that the
+    checkpoint's ``config.yaml`` names (``actor.model.model_path``, or the preset and seed) and
+    merged into its weights.
+
+    Raises:
+        FileNotFoundError: no model there, or adapters whose base model is not found.
+        AdapterMismatchError: the base model found is not the one the adapters were trained on.
+    """
+    from ..models import load_pretrained
+
+    model_dir = resolve_model_dir(path)
+    if (model_dir / "config.json").is_file():
+        return (*load_pretrained(model_dir), model_dir)
+    from ..build import build_policy
+    from ..config import load_config
+    from ..models import merge_lora
+
+    recipe = model_dir.parent / "config.yaml"
+    if not recipe.is_file():
+        raise FileNotFoundError(f"{model_dir} holds LoRA adapters without the training checkpoint's config.yaml "
+                                "beside them, which names their base model; load them with "
+                                "vla_trainer.models.load_lora onto that model")
+    cfg = load_config(recipe)
+    base = cfg.actor.model.model_path
+    if base is not None and not (Path(base) / "config.json").is_file():
+        raise FileNotFoundError(f"{model_dir} holds LoRA adapters for the base model actor.model.model_path={base} "
+                                f"({recipe}), which is not a model folder from here; run from the folder the "
+                                "training ran in")
+    policy = build_policy(cfg, resume_model_dir=model_dir, device="cpu")
+    return merge_lora(policy.model, inplace=True).eval(), policy.tokenizer, model_dir

@@ -1,0 +1,117 @@
+"""Training checkpoints: what a resumed run needs to continue exactly as the uninterrupted one.
+
+A checkpoint folder ``checkpoints/iter_000010/`` holds
+
+    model/              the policy, loadable on its own (``load_model``; LoRA adapters if is_lora)
+    trainer_state.pt    optimizer state, RNG states, iteration, metric history
+    config.yaml         the full recipe in force
+    meta.json           iteration, env steps, asset pack, config fingerprint, wall time
+
+It is written atomically (``atomic.write_atomic_dir``), and ``latest`` (a one-line file naming
+the newest folder) is replaced atomically afterwards: a crash at any moment leaves the previous
+good checkpoint and pointer untouched.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+from ..config import to_dict, to_yaml
+from ..config.schema import TrainConfig
+from .atomic import write_atomic_dir, write_text_atomic
+from .layout import KEEP_CHECKPOINTS, checkpoint_name, latest_checkpoint
+from .model_io import save_model
+
+# Keys that may change between a run and its resumption: how long / how often, where to log.
+RESUMABLE_CHANGES = ("runner.max_epochs", "runner.max_wall_minutes", "runner.val_check_interval",
+                     "runner.save_interval", "runner.resume_dir", "runner.progress_bar", "runner.logger")
+
+
+def fingerprint(cfg_dict: dict) -> dict:
+    """The config without the keys a resumption may change, flattened to ``{dotted.key: value}``."""
+    flat: dict = {}
+
+    def walk(prefix: str, node) -> None:
+        if isinstance(node, dict) and not prefix.endswith("env_kwargs"):
+            for k, v in node.items():
+                walk(f"{prefix}.{k}" if prefix else k, v)
+        elif not any(prefix == k or prefix.startswith(k + ".") for k in RESUMABLE_CHANGES):
+            flat[prefix] = node
+
+    walk("", cfg_dict)
+    return flat
+
+
+def fingerprint_hash(flat: dict) -> str:
+    return hashlib.sha256(json.dumps(flat, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def resolve_resume(resume_dir: str, run_dir: Path) -> Path:
+    """The checkpoint folder ``runner.resume_dir`` names ("auto": the run's latest)."""
+    if resume_dir == "auto":
+        found = latest_checkpoint(run_dir)
+        if found is None:
+            raise FileNotFoundError(f"runner.resume_dir=auto: no checkpoint under {run_dir}/checkpoints")
+        return found
+    path = Path(resume_dir)
+    if path.is_dir() and not (path / "trainer_state.pt").is_file():
+        found = latest_checkpoint(path)  # a run folder: take its latest
+        if found is not None:
+            return found
+    if not (path / "trainer_state.pt").is_file():
+        raise FileNotFoundError(f"runner.resume_dir={resume_dir}: not a checkpoint folder (no trainer_state.pt) "
+                                "and not a run folder with checkpoints/latest")
+    return path
+
+
+def check_resumable(saved_flat: dict, current_flat: dict, where: Path) -> None:
+    """Raises ValueError listing the keys whose values differ from the checkpoint's config."""
+    keys = sorted(set(saved_flat) | set(current_flat))
+    diff = [f"{k}: checkpoint {saved_flat.get(k, '<absent>')!r} vs now {current_flat.get(k, '<absent>')!r}"
+            for k in keys if saved_flat.get(k) != current_flat.get(k)]
+    if diff:
+        raise ValueError(f"cannot resume from {where}: it was written by another config; differing keys:\n  "
+                         + "\n  ".join(diff) + "\n(only " + ", ".join(RESUMABLE_CHANGES) + " may change)")
+
+
+def save_train_checkpoint(run_dir: Path, cfg: TrainConfig, policy, optimizer, state: dict) -> Path:
+    """``run_dir/checkpoints/iter_XXXXXX`` (atomic) and the ``latest`` pointer; keeps the newest
+    ``KEEP_CHECKPOINTS``. ``state`` holds at least iteration, env_steps, asset_pack, wall_time_s."""
+    import torch  # here, not at the top: ``vla-eval --help`` imports this package and stays fast
+
+    ckpt_root = Path(run_dir) / "checkpoints"
+    name = checkpoint_name(state["iteration"])
+
+    def fill(tmp: Path) -> None:
+        save_model(policy, tmp / "model")
+        torch.save({**state, "optimizer": optimizer.state_dict()}, tmp / "trainer_state.pt")
+        (tmp / "config.yaml").write_text(to_yaml(cfg))
+        flat = fingerprint(to_dict(cfg))
+        meta = {k: state[k] for k in ("iteration", "env_steps", "asset_pack", "wall_time_s")}
+        (tmp / "meta.json").write_text(json.dumps(
+            {**meta, "config_fingerprint": fingerprint_hash(flat), "fingerprint_keys": flat}, indent=1, default=str))
+
+    path = write_atomic_dir(ckpt_root / name, fill)
+    write_text_atomic(ckpt_root / "latest", name + "\n")
+    for old in sorted(ckpt_root.glob("iter_*"))[:-KEEP_CHECKPOINTS]:
+        shutil.rmtree(old, ignore_errors=True)
+    return path
+
+
+def rng_state(update_gen) -> dict:
+    """The minibatch-order generator's and torch's global generator's (dropout) states."""
+    import torch
+
+    return {"update_gen": update_gen.get_state(), "torch_rng": torch.get_rng_state()}
+
+
+def restore_rng(update_gen, state: dict | None) -> None:
+    """Restores what ``rng_state`` saved (nothing when ``state`` is None: a fresh run)."""
+    import torch
+
+    if state is not None:
+        update_gen.set_state(state["update_gen"])
+        torch.set_rng_state(state["torch_rng"])

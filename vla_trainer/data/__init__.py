@@ -1,0 +1,14 @@
+"""Training data below the models: demonstration samples and scene targets (numpy / torch only)."""
+
+from .demos import (
+    DemoFolders,
+    SFTSamples,
+    action_chunks,
+    build_samples,
+    epoch_pool,
+    load_episodes,
+    release_chunks,
+    resize_images,
+    state_stats,
+)
+from .scene import TARGETS_PER_BODY, scene_targets, yaw_of_wxyz

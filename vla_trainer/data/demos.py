@@ -1,0 +1,147 @@
+"""Demonstrations as supervised samples: one sample per step of every demo episode.
+
+``build_samples`` pairs each step's observation (image, state, instruction) with the target action
+chunk ``actions[t : t + C]`` (``C`` = the model's ``chunk_size``, 1 for OpenVLA), padded at the end
+of the episode by repeating the last action. The demo folders are ``vla_envs.demos``'s format.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from vla_envs.demos import load_demos
+
+from .scene import scene_targets
+
+
+@dataclass
+class SFTSamples:
+    """Training samples of a demo folder.
+
+    Shapes:
+        image: uint8 ``[M, H, W, 3]`` (at the model's image size after ``resize_images``).
+        state: float32 ``[M, S]`` robot state (read by a model with ``proprio_dim = S``).
+        instruction: ``M`` strings.
+        action_chunk: float32 ``[M, C, 7]`` env actions ``actions[t : t + C]``, end-padded.
+        scene: float32 ``[M, 5 K]`` scene targets (``data.scene.scene_targets``) of demos that record
+            the expert's poses, else None.
+        episode_step: int ``[M]``, each sample's step in its episode (0: the episode's first frame).
+        holds_release: bool ``[M]``, True where the sample's action chunk holds the step at which
+            the gripper first opens after closing (the release of a pick and place).
+    """
+
+    image: np.ndarray
+    state: np.ndarray
+    instruction: list[str]
+    action_chunk: np.ndarray
+    scene: np.ndarray | None = None
+    episode_step: np.ndarray | None = None
+    holds_release: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.instruction)
+
+    def obs(self, idx: np.ndarray) -> dict:
+        """The observation dict (as vla_envs returns it) of samples ``idx``."""
+        return {
+            "image": self.image[idx],
+            "state": self.state[idx],
+            "instruction": tuple(self.instruction[i] for i in idx),
+        }
+
+
+def action_chunks(actions: np.ndarray, chunk_size: int) -> np.ndarray:
+    """``[T, A]`` -> ``[T, C, A]`` with row ``t`` = ``actions[t : t + C]``, the last action repeated."""
+    T = len(actions)
+    idx = np.minimum(np.arange(T)[:, None] + np.arange(chunk_size)[None, :], T - 1)
+    return actions[idx].astype(np.float32)
+
+
+def release_chunks(actions: np.ndarray, chunk_size: int) -> np.ndarray:
+    """bool ``[T]``: True at steps ``t`` whose chunk ``actions[t : t + C]`` holds the release, the
+    first step at which the gripper opens (action 6 <= 0) after it was closed (> 0). All False
+    when the episode never releases."""
+    closed = actions[:, 6] > 0
+    opens = np.flatnonzero(~closed[1:] & closed[:-1]) + 1
+    holds = np.zeros(len(actions), bool)
+    if len(opens):
+        holds[max(0, opens[0] - chunk_size + 1) : opens[0] + 1] = True
+    return holds
+
+
+DemoFolders = str | Path | Sequence[str | Path]
+
+
+def load_episodes(demo_dirs: DemoFolders) -> list[dict[str, np.ndarray]]:
+    """The episodes of one demo folder, or of several in the order given."""
+    folders = [demo_dirs] if isinstance(demo_dirs, (str, Path)) else list(demo_dirs)
+    return [e for folder in folders for e in load_demos(folder)[1]]
+
+
+def build_samples(demo_dir: DemoFolders, chunk_size: int) -> SFTSamples:
+    """One sample per step of every episode in ``demo_dir`` (one folder or several; see
+    ``vla_envs.demos``).
+
+    Raises:
+        FileNotFoundError / ValueError: not a demo folder, or it holds no steps.
+    """
+    episodes = load_episodes(demo_dir)
+    episodes = [e for e in episodes if len(e["action"]) > 0]
+    if not episodes:
+        raise ValueError(f"{demo_dir}: the demo folder holds no episodes with steps")
+    return SFTSamples(
+        image=np.concatenate([e["image"] for e in episodes]),
+        state=np.concatenate([e["state"] for e in episodes]).astype(np.float32),
+        instruction=[str(e["instruction"]) for e in episodes for _ in range(len(e["action"]))],
+        action_chunk=np.concatenate([action_chunks(e["action"], chunk_size) for e in episodes]),
+        scene=(np.concatenate([scene_targets(e["scene"]) for e in episodes])
+               if all("scene" in e for e in episodes) else None),
+        episode_step=np.concatenate([np.arange(len(e["action"])) for e in episodes]),
+        holds_release=np.concatenate([release_chunks(e["action"], chunk_size) for e in episodes]),
+    )
+
+
+def state_stats(demo_dirs: DemoFolders, min_std: float = 1e-2) -> dict[str, list[float]]:
+    """Mean and standard deviation of the robot state over every step of the demos, what a
+    model's ``proprio_stats`` z-score ``obs["state"]`` with. ``min_std`` keeps a dimension that
+    stands still in the demos (a fixed joint) from blowing up the smallest change later.
+
+    Raises:
+        ValueError: the demos hold no steps, or their states are not all of one width.
+    """
+    states = [np.asarray(e["state"], dtype=np.float64) for e in load_episodes(demo_dirs) if len(e["state"])]
+    widths = {s.shape[-1] for s in states}
+    if not states or len(widths) != 1:
+        raise ValueError(f"{demo_dirs}: the demos need steps with a robot state of one width, got widths {widths}")
+    state = np.concatenate(states)
+    return {"mean": state.mean(0).tolist(), "std": np.maximum(state.std(0), min_std).tolist()}
+
+
+def epoch_pool(samples: SFTSamples, first_frame_repeats: int, release_frame_repeats: int = 1) -> np.ndarray | int:
+    """What one shuffled epoch draws from: every sample once, each episode's first frame
+    ``first_frame_repeats`` times in all, and each sample whose chunk holds the release
+    ``release_frame_repeats`` times in all (both 1: the plain epoch, ``len(samples)``)."""
+    if first_frame_repeats == 1 and release_frame_repeats == 1:
+        return len(samples)
+    first = np.flatnonzero(samples.episode_step == 0)
+    release = np.flatnonzero(samples.holds_release)
+    return np.concatenate([np.arange(len(samples))] + [first] * (first_frame_repeats - 1)
+                          + [release] * (release_frame_repeats - 1))
+
+
+def resize_images(images: np.ndarray, size: int, batch: int = 256) -> np.ndarray:
+    """uint8 ``[M, H, W, 3]`` -> uint8 ``[M, size, size, 3]`` (bilinear, antialiased); as is if already."""
+    if images.shape[1:3] == (size, size):
+        return images
+    out = []
+    for i in range(0, len(images), batch):
+        x = torch.from_numpy(images[i : i + batch]).permute(0, 3, 1, 2).float()
+        x = F.interpolate(x, size=(size, size), mode="bilinear", antialias=True, align_corners=False)
+        out.append(x.round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1).numpy())
+    return np.concatenate(out)
