@@ -220,51 +220,6 @@ def cmd_collect_corrections(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_reach_report(args: argparse.Namespace) -> int:
-    import os
-
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from vla_trainer.build import make_env
-    from vla_trainer.config.schema import EnvSplitConfig
-    from vla_trainer.models import VLAModelError, VLAPolicy
-    from vla_trainer.reach_report import markdown, reach_report
-
-    try:
-        env_kwargs = json.loads(args.env_kwargs)
-    except ValueError as e:
-        print(f"error: --env-kwargs is not a JSON object: {e}", file=sys.stderr)
-        return 2
-    if args.num_episodes % args.num_envs:
-        print(f"error: --num-episodes ({args.num_episodes}) must be a multiple of --num-envs ({args.num_envs})",
-              file=sys.stderr)
-        return 2
-    try:
-        model, tokenizer = load_init_checkpoint(args.checkpoint, flag="--checkpoint")
-        policy = VLAPolicy(model, tokenizer)
-        split = EnvSplitConfig(task=args.task, total_num_envs=args.num_envs, ignore_terminations=True,
-                               vectorization=args.vectorization, env_kwargs=env_kwargs)
-        env = make_env(split, policy.config.image_size, evaluation=True)
-        try:
-            rows = reach_report(env, policy, args.num_episodes, seed=args.seed, temperature=args.temperature)
-        finally:
-            env.close()
-    except (FileNotFoundError, ValueError, KeyError, VLAModelError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    from vla_trainer.checkpoint import resolve_model_dir
-
-    source = resolve_model_dir(args.checkpoint)  # the model folder read above, e.g. a run's latest checkpoint
-    table = markdown(rows, f"checkpoint: {source}; {args.task}; {args.num_episodes} episodes; "
-                           f"temperature {args.temperature}; seed {args.seed}")
-    print(table)
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "reach.md").write_text(table + "\n")
-        (args.out / "reach.json").write_text(json.dumps({"checkpoint": str(source), "env_kwargs": env_kwargs,
-                                                         "episodes": rows}, indent=1))
-    return 0
-
-
 def cmd_rl(args: argparse.Namespace) -> int:
     import os
 
@@ -316,7 +271,9 @@ def cmd_recipes(args: argparse.Namespace) -> int:
     return 0
 
 
-SUBCOMMANDS = ("rl", "sft", "pretrain-vision", "sft-report", "reach-report", "collect-corrections", "recipes")
+# diagnostics that live in the repository's tools/ (not installed): named, not mistaken for `rl` options
+DIAGNOSTICS = {"reach-report": "python -m tools.reach_report --help"}
+SUBCOMMANDS = ("rl", "sft", "pretrain-vision", "sft-report", "collect-corrections", "recipes")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -394,19 +351,6 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--steps", default="0,1,3", help="episode steps, comma-separated (default: %(default)s)")
     q.add_argument("--json", type=Path, default=None, help="also write the report as JSON")
     q.set_defaults(func=cmd_sft_report)
-    m = sub.add_parser("reach-report", help="how far a policy's reach misses the object and how far "
-                                            "its carry gets, per episode, on vla-eval's episodes (PutOnPlate tasks)")
-    m.add_argument("--checkpoint", type=Path, required=True,
-                   help="model folder, training checkpoint or run folder (its latest)")
-    m.add_argument("--task", default="PutOnPlateInScene25Main-v3", help="a task with expert_state and a grasp flag")
-    m.add_argument("--num-episodes", type=positive_int, default=32)
-    m.add_argument("--num-envs", type=positive_int, default=4)
-    m.add_argument("--seed", type=int, default=0, help="as vla-eval's --seed: the same seed runs the same episodes")
-    m.add_argument("--temperature", type=positive_float, default=0.6)
-    m.add_argument("--env-kwargs", default="{}", help="JSON of extra gym.make arguments")
-    m.add_argument("--vectorization", default="pool", choices=("pool", "serial"))
-    m.add_argument("--out", type=Path, default=None, help="also write reach.md and reach.json here")
-    m.set_defaults(func=cmd_reach_report)
     k = sub.add_parser("collect-corrections",
                        help="demos from the policy's own states: it starts each episode, the scripted expert "
                             "takes over and finishes it (only the expert's part is recorded)")
@@ -434,6 +378,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in DIAGNOSTICS:
+        print(f"error: {argv[0]} is a diagnostic run from a clone of the repository: {DIAGNOSTICS[argv[0]]}",
+              file=sys.stderr)
+        return 2
     if argv and argv[0] not in SUBCOMMANDS and argv[0] not in ("-h", "--help"):
         argv.insert(0, "rl")  # `vla-train --config X` is `vla-train rl --config X`
     args = build_parser().parse_args(argv)

@@ -1,4 +1,5 @@
-"""``vla-train reach-report``: where a policy's gripper goes relative to the object, per episode.
+"""Where a policy's gripper goes relative to the object, per episode (a diagnostic of the
+PutOnPlate tasks; ``python -m tools.reach_report --help``).
 
 It runs the same episodes as ``vla-eval`` (same seeds, same sampling, so the same grasps and
 successes) one action at a time and reads the task's privileged state (``expert_state``: TCP
@@ -15,10 +16,21 @@ worker pool or serial), whose envs can be queried one by one.
 
 from __future__ import annotations
 
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
 import numpy as np
 import torch
 
+from vla_trainer.build import make_env
+from vla_trainer.checkpoint import resolve_model_dir
+from vla_trainer.cli import load_init_checkpoint, positive_float, positive_int
+from vla_trainer.config.schema import EnvSplitConfig
 from vla_trainer.evaluation import round_seed
+from vla_trainer.models import VLAModelError, VLAPolicy
 
 LATERAL_BINS_CM = (0, 1, 2, 3, 5, 10, float("inf"))
 LIFTED_CM = 2.0  # the object rose this far while held: the lift began
@@ -137,3 +149,62 @@ def markdown(rows: list[dict], header: str) -> str:
                   f"| success (of the grasped) | {carry['success']} |",
                   f"\nthe grasped held the object a median {carry['median_held_steps']:g} steps"]
     return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    m = argparse.ArgumentParser(prog="python -m tools.reach_report",
+                                description="how far a policy's reach misses the object and how far its carry "
+                                            "gets, per episode, on vla-eval's episodes (PutOnPlate tasks)")
+    m.add_argument("--checkpoint", type=Path, required=True,
+                   help="model folder, training checkpoint or run folder (its latest)")
+    m.add_argument("--task", default="PutOnPlateInScene25Main-v3", help="a task with expert_state and a grasp flag")
+    m.add_argument("--num-episodes", type=positive_int, default=32)
+    m.add_argument("--num-envs", type=positive_int, default=4)
+    m.add_argument("--seed", type=int, default=0, help="as vla-eval's --seed: the same seed runs the same episodes")
+    m.add_argument("--temperature", type=positive_float, default=0.6)
+    m.add_argument("--env-kwargs", default="{}", help="JSON of extra gym.make arguments")
+    m.add_argument("--vectorization", default="pool", choices=("pool", "serial"))
+    m.add_argument("--out", type=Path, default=None, help="also write reach.md and reach.json here")
+    return m
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+    try:
+        env_kwargs = json.loads(args.env_kwargs)
+    except ValueError as e:
+        print(f"error: --env-kwargs is not a JSON object: {e}", file=sys.stderr)
+        return 2
+    if args.num_episodes % args.num_envs:
+        print(f"error: --num-episodes ({args.num_episodes}) must be a multiple of --num-envs ({args.num_envs})",
+              file=sys.stderr)
+        return 2
+    try:
+        model, tokenizer = load_init_checkpoint(args.checkpoint, flag="--checkpoint")
+        policy = VLAPolicy(model, tokenizer)
+        split = EnvSplitConfig(task=args.task, total_num_envs=args.num_envs, ignore_terminations=True,
+                               vectorization=args.vectorization, env_kwargs=env_kwargs)
+        env = make_env(split, policy.config.image_size, evaluation=True)
+        try:
+            rows = reach_report(env, policy, args.num_episodes, seed=args.seed, temperature=args.temperature)
+        finally:
+            env.close()
+    except (FileNotFoundError, ValueError, KeyError, VLAModelError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    source = resolve_model_dir(args.checkpoint)  # the model folder read above, e.g. a run's latest checkpoint
+    table = markdown(rows, f"checkpoint: {source}; {args.task}; {args.num_episodes} episodes; "
+                           f"temperature {args.temperature}; seed {args.seed}")
+    print(table)
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "reach.md").write_text(table + "\n")
+        (args.out / "reach.json").write_text(json.dumps({"checkpoint": str(source), "env_kwargs": env_kwargs,
+                                                         "episodes": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
