@@ -14,6 +14,7 @@ from vla_trainer.cli import main as cli_main
 from vla_trainer.data import action_chunks, build_samples, epoch_pool, release_chunks, resize_images
 from vla_trainer.models import VLAPolicy, load_pretrained, unnormalize_actions
 from vla_trainer.models.token_targets import gaussian_bin_targets, nll_loss, normalize_actions, target_token_ids
+from vla_trainer.config.sft import SFTConfig
 from vla_trainer.sft import action_error_by_step, lr_factor, train_sft
 
 PRESET = "tiny-openvla-oft"
@@ -33,7 +34,7 @@ def demos(tmp_path_factory):
 def trained(demos, tmp_path_factory):
     policy = fresh_policy()
     out = tmp_path_factory.mktemp("sft") / "ckpt"
-    metrics = train_sft(policy, demos, steps=10, batch_size=8, lr=1e-3, seed=0, out_dir=out, log_every=5,
+    metrics = train_sft(policy, demos, SFTConfig(steps=10, batch_size=8, lr=1e-3, seed=0, log_every=5), out_dir=out,
                         progress=False)
     print("sft metrics:", metrics)
     return policy, metrics, out
@@ -99,10 +100,10 @@ def test_first_frame_repeats_draw_each_episodes_first_frame_that_often(tmp_path)
     counts = np.bincount(epoch_pool(samples, 4), minlength=len(samples))
     np.testing.assert_array_equal(np.flatnonzero(counts == 4), [0, 5, 10])
     assert (np.delete(counts, [0, 5, 10]) == 1).all()
-    with pytest.raises(ValueError, match="first_frame_repeats"):
-        train_sft(fresh_policy(), a, steps=1, batch_size=2, lr=1e-3, first_frame_repeats=0, progress=False)
-    m = train_sft(fresh_policy(), a, steps=1, batch_size=2, lr=1e-3, first_frame_repeats=3, progress=False,
-                  eval_samples=4)
+    with pytest.raises(ValueError, match="first_frame_repeats=0: an integer >= 1"):
+        SFTConfig(steps=1, batch_size=2, lr=1e-3, first_frame_repeats=0)
+    m = train_sft(fresh_policy(), a, SFTConfig(steps=1, batch_size=2, lr=1e-3, first_frame_repeats=3, eval_samples=4),
+                  progress=False)
     assert m["first_frame_repeats"] == 3  # recorded, so a published warm start says how it was made
 
 
@@ -130,10 +131,10 @@ def test_release_frame_repeats_draw_the_release_chunks_that_often(tmp_path):
     first = [0, STEPS, 2 * STEPS]
     assert (counts[release] == 3).all() and (counts[first] == 2).all()
     assert (np.delete(counts, release + first) == 1).all()
-    with pytest.raises(ValueError, match="release_frame_repeats"):
-        train_sft(fresh_policy(), a, steps=1, batch_size=2, lr=1e-3, release_frame_repeats=0, progress=False)
-    m = train_sft(fresh_policy(), a, steps=1, batch_size=2, lr=1e-3, release_frame_repeats=2, progress=False,
-                  eval_samples=4)
+    with pytest.raises(ValueError, match="release_frame_repeats=0: an integer >= 1"):
+        SFTConfig(steps=1, batch_size=2, lr=1e-3, release_frame_repeats=0)
+    m = train_sft(fresh_policy(), a, SFTConfig(steps=1, batch_size=2, lr=1e-3, release_frame_repeats=2, eval_samples=4),
+                  progress=False)
     assert m["release_frame_repeats"] == 2
 
 
@@ -188,8 +189,8 @@ def test_checkpoint_reloads_identically(trained):
 
 def test_same_seed_same_result(tmp_path):
     small = write_demos(tmp_path / "small", episodes=2, steps=4)  # 8 samples: cheap before/after metrics
-    runs = [train_sft(fresh_policy(), small, steps=2, batch_size=4, lr=1e-3, seed=3, out_dir=None,
-                      progress=False) for _ in range(2)]
+    cfg = SFTConfig(steps=2, batch_size=4, lr=1e-3, seed=3)
+    runs = [train_sft(fresh_policy(), small, cfg, progress=False) for _ in range(2)]
     assert runs[0]["final_loss"] == runs[1]["final_loss"]
     assert runs[0]["final_loss"] != runs[0]["initial_loss"]
 
@@ -207,13 +208,13 @@ def test_lr_schedule_warms_up_then_decays_to_a_tenth():
 
 def test_eval_curve_and_schedule_options(tmp_path):
     small = write_demos(tmp_path / "small", episodes=2, steps=4)
-    m = train_sft(fresh_policy(), small, steps=4, batch_size=4, lr=1e-3, seed=3, out_dir=None, progress=False,
-                  eval_every=2, warmup_steps=2, lr_schedule="cosine")
+    cfg = SFTConfig(steps=4, batch_size=4, lr=1e-3, seed=3, eval_every=2, warmup_steps=2, lr_schedule="cosine")
+    m = train_sft(fresh_policy(), small, cfg, progress=False)
     assert [p["step"] for p in m["curve"]] == [2, 4]
     assert m["curve"][-1]["loss"] == m["final_loss"]
     assert set(m["curve"][0]) == {"step", "loss", "token_accuracy", "action_l1", "action_l1_of_zero"}
-    with pytest.raises(ValueError, match="lr_schedule"):
-        train_sft(fresh_policy(), small, steps=2, batch_size=4, lr=1e-3, lr_schedule="linear", progress=False)
+    with pytest.raises(ValueError, match=r"lr_schedule='linear': one of \('constant', 'cosine'\)"):
+        SFTConfig(steps=2, batch_size=4, lr=1e-3, lr_schedule="linear")
 
 
 def test_gaussian_bin_targets():
@@ -240,6 +241,35 @@ def test_smoothed_loss_is_the_nll_for_a_tiny_sigma_and_lower_for_a_wide_one():
         torch.testing.assert_close(nll_loss(policy, inputs, tokens, 1e-4), plain, rtol=1e-5, atol=1e-5)
         # greedy tokens are the most likely bins: spreading the target onto others costs more
         assert nll_loss(policy, inputs, tokens, 5.0) > plain
+
+
+# --- settings ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("field, value, allowed", [
+    ("steps", 0, "an integer >= 1"), ("batch_size", 2.0, "an integer >= 1"), ("lr", 0.0, "a learning rate > 0"),
+    ("warmup_steps", -1, "an integer >= 0"), ("lr_schedule", "linear", "one of"), ("weight_decay", -0.1, "a number >= 0"),
+    ("max_grad_norm", 0.0, "a norm > 0"), ("label_sigma_bins", -1.0, "a number >= 0"), ("scene_loss_weight", -1.0, "a number >= 0"),
+    ("first_frame_repeats", True, "an integer >= 1"), ("eval_every", 0, "None or an integer >= 1"),
+    ("eval_samples", 0, "None or an integer >= 1"), ("seed", 1.5, "an integer"),
+])
+def test_settings_refuse_bad_values_naming_the_field(field, value, allowed):
+    with pytest.raises(ValueError, match=f"^{field}={value!r}: {allowed}"):
+        SFTConfig(**{"steps": 1, "batch_size": 1, "lr": 1e-3, field: value})
+
+
+def test_the_settings_are_recorded_with_the_metrics(trained):
+    _, metrics, out = trained
+    expected = SFTConfig(steps=10, batch_size=8, lr=1e-3, seed=0, log_every=5).to_dict()
+    assert metrics["settings"] == expected
+    assert json.loads((out / "sft_metrics.json").read_text())["settings"] == expected
+
+
+def test_cli_names_the_flag_of_a_bad_setting(tmp_path, capsys):
+    rc = cli_main(["sft", "--demos", str(tmp_path), "--out", str(tmp_path / "out"), "--warmup-steps", "-1"])
+    assert rc == 2
+    assert "--warmup-steps: warmup_steps=-1: an integer >= 0" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
 
 
 # --- CLI -------------------------------------------------------------------------------------
@@ -353,7 +383,8 @@ def test_cli_proprio_adds_the_robot_state_z_scored_with_the_demos_statistics(tmp
     policy = fresh_policy()
     policy.core.add_proprio(stats)
     start = [p.detach().clone() for p in policy.core.proprio_projector.parameters()]
-    train_sft(policy, demos, steps=2, batch_size=4, lr=1e-3, seed=0, out_dir=tmp_path / "direct", progress=False)
+    train_sft(policy, demos, SFTConfig(steps=2, batch_size=4, lr=1e-3, seed=0), out_dir=tmp_path / "direct",
+              progress=False)
     assert all(not torch.equal(a, b) for a, b in zip(start, policy.core.proprio_projector.parameters()))
     # continuing keeps the input; a policy without the state in its observation is told what is missing
     assert cli_main(common + ["--out", str(tmp_path / "again"), "--init-from", str(added), "--proprio"]) == 0

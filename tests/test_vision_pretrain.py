@@ -14,6 +14,7 @@ from vla_trainer.cli import main as cli_main
 from vla_trainer.models import VLAPolicy, load_pretrained
 from vla_trainer.data import scene_targets
 from vla_trainer.scene import SlotHead, scene_errors
+from vla_trainer.config.sft import SFTConfig
 from vla_trainer.sft import train_sft
 from vla_trainer.vision_pretrain import load_scene_frames, pretrain_vision
 
@@ -135,15 +136,15 @@ def test_sft_co_trains_grounding_from_the_action_slots(tmp_path):
     demos = write_scene_demos(tmp_path / "demos", episodes=16, steps=6)
     model, tok = tiny("tiny-openvla-oft", seed=0)
     policy = VLAPolicy(model, tok)
-    metrics = train_sft(policy, demos, steps=120, batch_size=16, lr=1e-3, out_dir=tmp_path / "sft",
-                        progress=False, log_every=20, scene_loss_weight=1.0)
+    cfg = SFTConfig(steps=120, batch_size=16, lr=1e-3, log_every=20, scene_loss_weight=1.0)
+    metrics = train_sft(policy, demos, cfg, out_dir=tmp_path / "sft", progress=False)
     print(metrics["final_scene_loss"])
     assert metrics["scene_loss_weight"] == 1.0 and metrics["final_scene_loss"] < 0.5
     reloaded, _ = load_pretrained(tmp_path / "sft")
     assert not any("scene" in name for name in reloaded.state_dict())
     plain = write_plain_demos(tmp_path / "plain")
     with pytest.raises(ValueError, match="scene poses"):
-        train_sft(policy, plain, steps=1, batch_size=1, lr=1e-3, progress=False, scene_loss_weight=1.0)
+        train_sft(policy, plain, SFTConfig(steps=1, batch_size=1, lr=1e-3, scene_loss_weight=1.0), progress=False)
 
 
 def test_cli_pretrain_rejects_plain_demos(tmp_path, capsys):

@@ -128,14 +128,16 @@ def run_stage(args: argparse.Namespace, train) -> int:
 
 
 def cmd_sft(args: argparse.Namespace) -> int:
+    from vla_trainer.config.sft import SFTConfig
     from vla_trainer.sft import train_sft
 
-    return run_stage(args, lambda policy: train_sft(
-        policy, args.demos, steps=args.steps, batch_size=args.batch_size, lr=args.lr, seed=args.seed,
-        out_dir=args.out, log_every=args.log_every, eval_every=args.eval_every, warmup_steps=args.warmup_steps,
-        lr_schedule=args.lr_schedule, label_sigma_bins=args.label_sigma_bins,
-        scene_loss_weight=args.scene_loss_weight, first_frame_repeats=args.first_frame_repeats,
-        release_frame_repeats=args.release_frame_repeats))
+    try:  # every setting checked before the policy is built or a demo read
+        cfg = SFTConfig(**{name: getattr(args, name) for name in SFTConfig.field_names() if hasattr(args, name)})
+    except ValueError as e:
+        flag = str(e).split("=", 1)[0]
+        print(f"error: --{flag.replace('_', '-')}: {e}", file=sys.stderr)
+        return 2
+    return run_stage(args, lambda policy: train_sft(policy, args.demos, cfg, out_dir=args.out))
 
 
 def cmd_pretrain_vision(args: argparse.Namespace) -> int:

@@ -23,6 +23,7 @@ from torch import nn
 from tqdm import tqdm
 
 from .checkpoint import save_model, write_atomic_dir
+from .config.sft import SFTConfig
 from .data import TARGETS_PER_BODY, DemoFolders, SFTSamples, build_samples, epoch_pool, load_episodes, resize_images
 from .metrics_log import sft_curve
 from .models import VLAPolicy
@@ -107,9 +108,6 @@ def action_error_by_step(policy: VLAPolicy, demo_dir: DemoFolders, steps: tuple[
     return report
 
 
-LR_SCHEDULES = ("constant", "cosine")
-
-
 def lr_factor(step: int, steps: int, warmup_steps: int, schedule: str) -> float:
     """Multiplier of the base learning rate for optimizer step ``step`` (0-based) of ``steps``."""
     if step < warmup_steps:
@@ -139,35 +137,23 @@ def save_checkpoint(policy: VLAPolicy, out_dir: str | Path, metrics: dict | None
 def train_sft(
     policy: VLAPolicy,
     demo_dir: DemoFolders,
+    cfg: SFTConfig,
     *,
-    steps: int,
-    batch_size: int,
-    lr: float,
-    seed: int = 0,
     out_dir: str | Path | None = None,
-    log_every: int = 10,
-    max_grad_norm: float = 1.0,
-    weight_decay: float = 0.0,
     progress: bool = True,
-    eval_samples: int | None = 512,
-    eval_every: int | None = None,
-    warmup_steps: int = 0,
-    lr_schedule: str = "constant",
-    label_sigma_bins: float = 0.0,
-    scene_loss_weight: float = 0.0,
-    first_frame_repeats: int = 1,
-    release_frame_repeats: int = 1,
 ) -> dict:
     """Behaviour cloning of the demos in ``demo_dir`` (one folder or several): minimises the target tokens' mean NLL.
 
-    Deterministic given ``seed`` (minibatches are drawn from shuffled epochs of a seeded
-    generator). Saves a checkpoint to ``out_dir`` at the end (None: no checkpoint).
+    ``cfg`` holds every setting (``config.sft.SFTConfig``, checked when it is made). Deterministic
+    given ``cfg.seed`` (minibatches are drawn from shuffled epochs of a seeded generator). Saves a
+    checkpoint to ``out_dir`` at the end (None: no checkpoint).
 
     Returns:
         ``{"initial_loss", "final_loss", "initial_token_accuracy", "final_token_accuracy",
         "final_action_l1", "action_l1_of_zero",
-        "num_samples", "steps", "checkpoint"}``; losses and accuracies are measured in eval mode
-        before and after training, on ``eval_samples`` evenly spaced training samples (None: all).
+        "num_samples", "steps", "settings", "checkpoint"}`` (``settings``: ``cfg`` as a dict);
+        losses and accuracies are measured in eval mode before and after training, on
+        ``eval_samples`` evenly spaced training samples (None: all).
         With ``eval_every`` the same measurement every N steps is printed and returned as
         ``"curve"`` (a list of ``{"step", "loss", "token_accuracy", "action_l1", "action_l1_of_zero"}``).
 
@@ -189,28 +175,15 @@ def train_sft(
     release (``release_chunks``): the lowering over the plate and the opening, the last phase of
     a demo and the one RL from a warm start reaches least often.
     """
-    if first_frame_repeats < 1 or release_frame_repeats < 1:
-        raise ValueError(f"first_frame_repeats and release_frame_repeats must be >= 1, "
-                         f"got {first_frame_repeats} and {release_frame_repeats}")
-    if steps < 1 or batch_size < 1 or lr <= 0:
-        raise ValueError(f"steps, batch_size and lr must be positive; got {steps}, {batch_size}, {lr}")
-    if lr_schedule not in LR_SCHEDULES:
-        raise ValueError(f"lr_schedule {lr_schedule!r} is not one of {LR_SCHEDULES}")
-    if label_sigma_bins < 0:
-        raise ValueError(f"label_sigma_bins must be >= 0, got {label_sigma_bins}")
-    if scene_loss_weight < 0:
-        raise ValueError(f"scene_loss_weight must be >= 0, got {scene_loss_weight}")
-    if warmup_steps < 0 or (eval_every is not None and eval_every < 1):
-        raise ValueError(f"warmup_steps must be >= 0 and eval_every >= 1; got {warmup_steps}, {eval_every}")
-    torch.manual_seed(seed)
-    rng = np.random.default_rng(seed)
+    torch.manual_seed(cfg.seed)
+    rng = np.random.default_rng(cfg.seed)
 
     # data: samples at the model's image size, targets as action token ids
     samples = build_samples(demo_dir, policy.chunk_size)
     samples.image = resize_images(samples.image, policy.config.image_size)
     tokens = target_token_ids(policy, samples.action_chunk)
     scene_head, scene_z = None, None
-    if scene_loss_weight > 0:
+    if cfg.scene_loss_weight > 0:
         if samples.scene is None:
             raise ValueError(f"{demo_dir}: --scene-loss-weight needs demos with the expert's scene poses "
                              "(index.json 'scene_bodies'); record them with vla-envs collect-demos")
@@ -219,24 +192,24 @@ def train_sft(
         bodies = scene.shape[1] // len(TARGETS_PER_BODY)
         scene_head = SlotHead(policy.config.text_config.hidden_size, bodies, len(TARGETS_PER_BODY)).to(policy.device)
 
-    before = evaluate_samples(policy, samples, tokens, batch_size, eval_samples)
+    before = evaluate_samples(policy, samples, tokens, cfg.batch_size, cfg.eval_samples)
 
     params = [p for p in policy.model.parameters() if p.requires_grad]
     params += list(scene_head.parameters()) if scene_head is not None else []
-    optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+    optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda i: lr_factor(i, steps, warmup_steps, lr_schedule)
+        optimizer, lambda i: lr_factor(i, cfg.steps, cfg.warmup_steps, cfg.lr_schedule)
     )
     policy.model.train()
-    pool = epoch_pool(samples, first_frame_repeats, release_frame_repeats)
+    pool = epoch_pool(samples, cfg.first_frame_repeats, cfg.release_frame_repeats)
     order, pos = rng.permutation(pool), 0
     history, curve, scene_history = [], [], []
-    bar = tqdm(range(1, steps + 1), desc="sft", disable=not progress, dynamic_ncols=True)
+    bar = tqdm(range(1, cfg.steps + 1), desc="sft", disable=not progress, dynamic_ncols=True)
     for step in bar:
         # next minibatch of a shuffled epoch (reshuffle when it runs out)
-        if pos + batch_size > len(order):
+        if pos + cfg.batch_size > len(order):
             order, pos = rng.permutation(pool), 0
-        idx = order[pos : pos + batch_size]
+        idx = order[pos : pos + cfg.batch_size]
         pos += len(idx)
 
         inputs = policy.prepare(samples.obs(idx))
@@ -244,32 +217,32 @@ def train_sft(
         out = policy.core(inputs.pixel_values, inputs.input_ids, inputs.attention_mask,
                           action_token_ids=target, output_hidden_states=scene_head is not None,
                           proprio=inputs.proprio)
-        loss = nll_loss(policy, inputs, target, label_sigma_bins, out)
+        loss = nll_loss(policy, inputs, target, cfg.label_sigma_bins, out)
         if scene_head is not None:
             grounding = scene_loss(scene_head, out, scene_z[idx].to(policy.device))
             scene_history.append(grounding.item())
-            loss = loss + scene_loss_weight * grounding
+            loss = loss + cfg.scene_loss_weight * grounding
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm).item()
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm).item()
         optimizer.step()
         scheduler.step()
 
         history.append(loss.item())
         bar.set_postfix(loss=f"{history[-1]:.4f}")
-        if log_every and step % log_every == 0:
-            scene_note = f"  scene {np.mean(scene_history[-log_every:]):.4f}" if scene_history else ""
-            bar.write(f"step {step}/{steps}  loss {np.mean(history[-log_every:]):.4f}  "
+        if cfg.log_every and step % cfg.log_every == 0:
+            scene_note = f"  scene {np.mean(scene_history[-cfg.log_every:]):.4f}" if scene_history else ""
+            bar.write(f"step {step}/{cfg.steps}  loss {np.mean(history[-cfg.log_every:]):.4f}  "
                       f"grad_norm {grad_norm:.3f}{scene_note}")
-        if eval_every and step % eval_every == 0 and step < steps:
-            point = {"step": step, **evaluate_samples(policy, samples, tokens, batch_size, eval_samples)}
+        if cfg.eval_every and step % cfg.eval_every == 0 and step < cfg.steps:
+            point = {"step": step, **evaluate_samples(policy, samples, tokens, cfg.batch_size, cfg.eval_samples)}
             curve.append(point)
-            bar.write(f"step {step}/{steps}  eval: loss {point['loss']:.4f}  token_acc "
+            bar.write(f"step {step}/{cfg.steps}  eval: loss {point['loss']:.4f}  token_acc "
                       f"{point['token_accuracy']:.3f}  action_l1 {point['action_l1']:.4f} "
                       f"(zero action {point['action_l1_of_zero']:.4f})")
     policy.model.eval()
 
-    after = evaluate_samples(policy, samples, tokens, batch_size, eval_samples)
+    after = evaluate_samples(policy, samples, tokens, cfg.batch_size, cfg.eval_samples)
     metrics = {
         "initial_loss": before["loss"],
         "final_loss": after["loss"],
@@ -278,12 +251,13 @@ def train_sft(
         "final_action_l1": after["action_l1"],
         "action_l1_of_zero": after["action_l1_of_zero"],
         "num_samples": len(samples),
-        "steps": steps,
-        "scene_loss_weight": scene_loss_weight,
-        "first_frame_repeats": first_frame_repeats,
-        "release_frame_repeats": release_frame_repeats,
-        "final_scene_loss": float(np.mean(scene_history[-(log_every or 1):])) if scene_history else None,
-        "curve": curve + [{"step": steps, **after}] if eval_every else None,
+        "steps": cfg.steps,
+        "scene_loss_weight": cfg.scene_loss_weight,
+        "first_frame_repeats": cfg.first_frame_repeats,
+        "release_frame_repeats": cfg.release_frame_repeats,
+        "final_scene_loss": float(np.mean(scene_history[-(cfg.log_every or 1):])) if scene_history else None,
+        "curve": curve + [{"step": cfg.steps, **after}] if cfg.eval_every else None,
+        "settings": cfg.to_dict(),
         "checkpoint": None,
     }
     if out_dir is not None:
