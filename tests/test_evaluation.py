@@ -102,3 +102,21 @@ def test_evaluation_averages_the_tasks_progress_flags():
     assert res["reached_once"] == 0.5 and res["success_once"] == 0.0
     assert set(res) == {"success_once", "success_at_end", "return", "length", "reached_once", "num_episodes"}
     assert np.isclose(res["return"], 0.4)
+
+
+def test_comparison_to_a_baseline_tests_the_success_counts():
+    from vla_trainer.evaluation import compare_to_baseline
+
+    def row(successes, n=128, env_id="PutOnPlateInScene25Main-v3"):
+        return {"env_id": env_id, "num_episodes": n, "success_once": successes / n, "success_at_end": 0.0,
+                "return": successes / n}
+
+    lines = compare_to_baseline(row(6), row(16), ("warm start", "GRPO"))
+    assert lines[0].startswith("success_once    warm start   4.69 %  ->  GRPO  12.50 %  (+7.81)")
+    assert not any(line.startswith("grasped_once") for line in lines)  # only metrics both rows hold
+    assert "6 of 128 -> 16 of 128 episodes" in lines[-1] and "p = 0.0" in lines[-1]
+    assert float(lines[-1].split("p = ")[1].rstrip(")")) < 0.05
+    assert "p = 1.000" in compare_to_baseline(row(6), row(6))[-1]  # equal counts: no evidence of a change
+    with pytest.raises(ValueError, match="compare evaluations of one task"):
+        compare_to_baseline(row(6), row(6, env_id="PutCarrotOnPlateInScene-v1"))
+

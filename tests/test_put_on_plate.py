@@ -715,13 +715,17 @@ def test_vla_eval_reports_success_and_the_env_kwargs(asset_root, tmp_path, monke
     # re-planning every 4 actions is recorded with the results; more than the chunk (8) is refused
     assert vla_eval(["--checkpoint", str(tmp_path / "model"), "--num-envs", "1", "--num-episodes", "1",
                      "--vectorization", "serial", "--env-kwargs", json.dumps(kwargs), "--execute-steps", "4",
-                     "--out", str(tmp_path / "eval4")]) == 0
+                     "--out", str(tmp_path / "eval4"), "--baseline", str(tmp_path / "eval")]) == 0
+    compared = capsys.readouterr().out.split("against the baseline")[1]  # the first run as the baseline
+    assert "success_once" in compared and "Fisher's exact test, two-sided: p = " in compared
     replanned = json.loads((tmp_path / "eval4" / "eval.json").read_text())
     assert replanned["sampling"] == "temperature 0.6, re-planning every 4 actions"
     assert replanned["rows"][0]["length"] == 8.0
     assert vla_eval(["--checkpoint", str(tmp_path / "model"), "--num-envs", "1", "--num-episodes", "1",
                      "--vectorization", "serial", "--execute-steps", "9"]) == 2
     assert "from 1 to the policy's chunk (8)" in capsys.readouterr().err
+    assert vla_eval(["--checkpoint", str(tmp_path / "model"), "--baseline", str(tmp_path / "model")]) == 2
+    assert "not a vla-eval result (eval.json with rows)" in capsys.readouterr().err
 
 
 def test_texture_and_image_noise_blend_as_documented():

@@ -82,6 +82,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--video", type=Path, default=None, help="write a tiled video of the (first) task's episodes")
     p.add_argument("--out", type=Path, default=None, help="folder for eval.json and eval.md")
+    p.add_argument("--baseline", type=Path, default=None, metavar="EVAL",
+                   help="another policy's evaluation of the same task (its --out folder or eval.json): print "
+                        "each metric's change and a Fisher exact test of the success counts; evaluate both on "
+                        "the same --seed so they run the same initial states")
     p.add_argument("--expert-start-phase", default=None, metavar="PHASE",
                    help="PutOnPlate diagnostic: start every episode where the scripted expert enters PHASE, "
                         "e.g. lift (just grasped), carry (lifted), lower (over the plate): success from there, "
@@ -97,6 +101,18 @@ def main(argv: list[str] | None = None) -> int:
             p.error("--expert-start-phase is for one PutOnPlate task (--task), not --ood or --libero")
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    baseline = None
+    if args.baseline is not None:
+        path = args.baseline / "eval.json" if args.baseline.is_dir() else args.baseline
+        try:
+            baseline = json.loads(path.read_text())["rows"]
+        except (OSError, ValueError, KeyError) as e:
+            print(f"error: --baseline {args.baseline}: not a vla-eval result (eval.json with rows): {e}",
+                  file=sys.stderr)
+            return 2
+        if args.ood or args.libero is not None:
+            print("error: --baseline compares one task's evaluations (--task), not --ood or --libero", file=sys.stderr)
+            return 2
     if args.num_envs < 1 or args.num_episodes < 1 or args.num_episodes % args.num_envs:
         print(f"error: --num-episodes ({args.num_episodes}) must be a positive multiple of --num-envs "
               f"({args.num_envs})", file=sys.stderr)
@@ -137,6 +153,15 @@ def main(argv: list[str] | None = None) -> int:
     averages, table = ood_table(rows, header)
     report(args.out, table, {"checkpoint": str(model_dir), "rows": rows, "averages": averages, "sampling": mode,
                              "env_kwargs": json.loads(args.env_kwargs), "expert_start_phase": args.expert_start_phase})
+    if baseline is not None:
+        from vla_trainer.evaluation import compare_to_baseline
+
+        match = [b for b in baseline if b.get("env_id") == rows[0]["env_id"]]
+        if not match:
+            print(f"error: --baseline {args.baseline} holds no evaluation of {rows[0]['env_id']}", file=sys.stderr)
+            return 2
+        print(f"\nagainst the baseline {args.baseline}:")
+        print("\n".join(compare_to_baseline(match[0], rows[0])))
     return 0
 
 

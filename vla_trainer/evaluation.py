@@ -129,3 +129,36 @@ def evaluate_initial_states(env, policy, *, seed: int = 0, greedy: bool = False,
                 progress(len(results))
         obs = out.obs
     return results
+
+
+COMPARED = ("success_once", "success_at_end", "grasped_once", "return")
+
+
+def compare_to_baseline(baseline: dict, row: dict, names: tuple[str, str] = ("baseline", "policy")) -> list[str]:
+    """Lines comparing one task's evaluation ``row`` with a ``baseline`` row of the same task
+    (both as ``vla-eval`` writes them to ``eval.json``): each metric both rows hold, its change,
+    and for ``success_once`` the 95 % intervals and a two-sided Fisher exact test of the counts
+    (are the two success rates the same?).
+
+    Raises:
+        ValueError: the rows are of different tasks.
+    """
+    from scipy.stats import fisher_exact
+
+    if baseline.get("env_id") != row.get("env_id"):
+        raise ValueError(f"the baseline is an evaluation of {baseline.get('env_id')!r}, this one of "
+                         f"{row.get('env_id')!r}: compare evaluations of one task")
+    lines = []
+    for key in COMPARED:
+        if key in baseline and key in row:
+            scale, unit = (1, "") if key == "return" else (100, " %")
+            a, b = scale * baseline[key], scale * row[key]
+            lines.append(f"{key:15s} {names[0]} {a:6.2f}{unit}  ->  {names[1]} {b:6.2f}{unit}  ({b - a:+.2f})")
+    n_a, n_b = baseline["num_episodes"], row["num_episodes"]
+    k_a, k_b = round(baseline["success_once"] * n_a), round(row["success_once"] * n_b)
+    p = fisher_exact([[k_a, n_a - k_a], [k_b, n_b - k_b]])[1]
+    ci = {name: "-".join(f"{100 * x:.1f}" for x in wilson_interval(k, n)) for name, k, n in
+          ((names[0], k_a, n_a), (names[1], k_b, n_b))}
+    lines.append(f"success_once: {k_a} of {n_a} -> {k_b} of {n_b} episodes (95 % intervals {ci[names[0]]} % and "
+                 f"{ci[names[1]]} %; Fisher's exact test, two-sided: p = {p:.3f})")
+    return lines
