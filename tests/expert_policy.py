@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-import numpy as np
 import torch
+
+from vla_envs.core.backend import env_rows
 
 
 class ExpertAsPolicy:
@@ -22,8 +23,7 @@ class ExpertAsPolicy:
         self.env, self.expert, self.idle, self.open = env, ScriptedExpert(env.num_envs), list(idle_envs), OPEN
 
     def act(self, obs, temperature, generator):
-        states = [self.env.backend.call(i, "expert_state") for i in range(self.env.num_envs)]
-        actions = self.expert.act(states)
+        actions = self.expert.act(env_rows(self.env.expert_state()))
         actions[self.idle] = 0.0
         actions[self.idle, 6] = self.open
         return SimpleNamespace(actions=torch.as_tensor(actions, dtype=torch.float32)[:, None])

@@ -329,3 +329,17 @@ def test_an_unknown_render_backend_is_refused_with_the_choices():
 
     with pytest.raises(ValueError, match=r"render_backend='vulkan'; allowed: \['auto', 'cpu', 'gpu'\]"):
         resolve_render_backend("vulkan")
+
+
+@pytest.mark.parametrize("pool", [False, True])
+def test_a_task_without_privileged_state_says_so(pool):
+    from toy_env import make_toy_vector_env
+
+    env = make_toy_vector_env(2, pool=pool)
+    try:
+        with pytest.raises(NotImplementedError, match="has no privileged expert state"):
+            env.expert_state()
+        env.reset(seed=0)  # the backend still serves
+        assert env.chunk_step(np.zeros((2, 2, 7), np.float32)).valid.all()
+    finally:
+        env.close()

@@ -16,6 +16,7 @@ from expert_policy import ExpertAsPolicy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from vla_envs.core.backend import env_rows
 from vla_envs.errors import AssetsMissingError
 from vla_envs.tasks.put_on_plate import episodes, rewards
 from vla_envs.tasks.put_on_plate.assets import load_pack, resolve_pack
@@ -457,7 +458,7 @@ def run_expert_episode(env, seed: int, max_speed: float = 1.0, on_step=None) -> 
     expert = ScriptedExpert(1, max_speed=max_speed)
     success, fastest = False, 0.0
     for _ in range(80):
-        action = expert.act([env.backend.call(0, "expert_state")])
+        action = expert.act(env_rows(env.expert_state()))
         fastest = max(fastest, float(np.abs(action[:, :3]).max()))
         _, _, terminated, truncated, info = env.step(action)
         success |= bool(info["success"][0])
@@ -466,6 +467,36 @@ def run_expert_episode(env, seed: int, max_speed: float = 1.0, on_step=None) -> 
         if terminated[0] or truncated[0]:
             break
     return success, fastest
+
+
+@pytest.mark.maniskill
+def test_expert_state_is_one_batched_call_on_every_backend(asset_root, monkeypatch):
+    """The task's privileged state through the contract (``env.expert_state()``, ``[N, ...]``),
+    alike from the worker pool, the serial backend and the batched in-process backend (the GPU
+    code path, here on CPU physics with one env), for the same initial states; and the scripted
+    expert solves an episode driven through the batched backend."""
+    import gymnasium as gym
+
+    monkeypatch.setenv("VLA_ENVS_ASSET_DIR", str(asset_root))
+    common = dict(image_size=32, low_poly=True, sim_freq=100, time_limit=80, sim_backend="physx_cpu")
+    envs = {v: gym.make("PutOnPlateInScene25Main-v3", num_envs=n, vectorization=v, **common)
+            for v, n in (("serial", 2), ("pool", 2), ("batched", 1))}
+    try:
+        states = {}
+        for v, env in envs.items():
+            env.reset(options={"state_ids": np.array([3, 11][: env.num_envs])})
+            states[v] = env.expert_state()
+        assert set(states["pool"]) == set(states["serial"]) == set(states["batched"]) >= {"tcp", "object", "grasped"}
+        for key, value in states["serial"].items():
+            assert value.shape[0] == 2 and states["batched"][key].shape == (1, *value.shape[1:]), key
+            np.testing.assert_allclose(states["pool"][key], value, atol=1e-5, err_msg=key)
+            np.testing.assert_allclose(states["batched"][key], value[:1], atol=1e-4, err_msg=key)
+        assert states["serial"]["tcp"].shape == (2, 7) and not states["serial"]["grasped"].any()
+        success, _ = run_expert_episode(envs["batched"], seed=1)
+        assert success
+    finally:
+        for env in envs.values():
+            env.close()
 
 
 @pytest.mark.slow
@@ -501,7 +532,7 @@ def test_reward_shaping_pays_the_expert_its_progress_and_telescopes(asset_root, 
         assert 0 < first < 0.1  # the gripper starts away from the object
         expert, rewards_seen, success = ScriptedExpert(1), [], False
         for _ in range(80):
-            _, reward, terminated, truncated, info = env.step(expert.act([env.backend.call(0, "expert_state")]))
+            _, reward, terminated, truncated, info = env.step(expert.act(env_rows(env.expert_state())))
             rewards_seen.append(float(reward[0]))
             success |= bool(info["success"][0])
             if terminated[0] or truncated[0]:
@@ -529,7 +560,7 @@ def test_sparse_reward_pays_the_expert_once_at_its_success(asset_root, monkeypat
         env.reset(seed=1)
         expert, rewards_seen, grasped = ScriptedExpert(1), [], []
         for _ in range(80):
-            _, reward, terminated, truncated, info = env.step(expert.act([env.backend.call(0, "expert_state")]))
+            _, reward, terminated, truncated, info = env.step(expert.act(env_rows(env.expert_state())))
             rewards_seen.append(float(reward[0]))
             grasped.append(bool(info["grasped"][0]))
             if terminated[0] or truncated[0]:
@@ -599,11 +630,11 @@ def test_expert_taking_over_a_held_object_carries_it_on_to_the_plate(sim_env):
 
     sim_env.reset(seed=1)
     first = ScriptedExpert(1)
-    state = sim_env.backend.call(0, "expert_state")
+    state = env_rows(sim_env.expert_state())[0]
     assert not state["grasped"]
     for _ in range(80):  # the first expert grasps and lifts, then hands over at the carry
         sim_env.step(first.act([state]))
-        state = sim_env.backend.call(0, "expert_state")
+        state = env_rows(sim_env.expert_state())[0]
         if PHASES[first.phase[0]] == "carry":
             break
     assert PHASES[first.phase[0]] == "carry" and state["grasped"]
@@ -611,7 +642,7 @@ def test_expert_taking_over_a_held_object_carries_it_on_to_the_plate(sim_env):
     second.take_over(np.array([0]), [state])
     success, grips = False, []
     for _ in range(40):
-        action = second.act([sim_env.backend.call(0, "expert_state")])
+        action = second.act(env_rows(sim_env.expert_state()))
         if PHASES[second.phase[0]] not in ("open", "retreat"):
             grips.append(float(action[0, 6]))
         _, _, terminated, truncated, info = sim_env.step(action)
@@ -633,7 +664,7 @@ def test_scripted_expert_recovers_from_perturbed_actions(sim_env):
     expert, rng = ScriptedExpert(1), np.random.default_rng(0)
     success, moved_off = False, 0.0
     for _ in range(80):
-        action = expert.act([sim_env.backend.call(0, "expert_state")])
+        action = expert.act([env_rows(sim_env.expert_state())[0]])
         executed = perturb(action[:, None], 0.1, rng)[:, 0]
         moved_off = max(moved_off, float(np.abs(executed - action).max()))
         _, _, terminated, truncated, info = sim_env.step(executed)
@@ -883,7 +914,7 @@ def test_expert_start_phases_start_where_the_expert_enters_them(asset_root, monk
         try:
             obs, info = env.reset(seed=4)
             np.testing.assert_array_equal(obs["image"][0], obs["image"][1])  # one group, one start
-            states = [env.backend.call(i, "expert_state") for i in range(2)]
+            states = env_rows(env.expert_state())
             task = env.backend.envs[0]._env.unwrapped
             starts[phase] = (obs["image"][0], states[0], bool(task.ever_grasped[0]))
             hold = np.zeros((2, 6, 7), np.float32)

@@ -10,8 +10,7 @@ fails at the grasp, this says by how much its reach misses; for the episodes tha
 the carry got (how long the object was held, how high it was lifted, whether it was carried over
 the plate: within the radius the task's success test allows).
 
-Needs a task with ``expert_state`` (the PutOnPlateInScene25 family) on a CPU backend (the
-worker pool or serial), whose envs can be queried one by one.
+Needs a task with ``expert_state`` (the PutOnPlateInScene25 family).
 """
 
 from __future__ import annotations
@@ -73,8 +72,9 @@ def reach_report(env, policy, num_episodes: int, *, seed: int = 0, temperature: 
         while not finished.all():
             actions = policy.act(obs, temperature=temperature, generator=generator).actions.cpu().numpy()
             for j in range(actions.shape[1]):
+                batch = env.expert_state()
                 for i in np.flatnonzero(~finished):
-                    state = env.backend.call(int(i), "expert_state")
+                    state = {key: value[i] for key, value in batch.items()}
                     lateral = float(np.linalg.norm(state["tcp"][:2] - state["object"][:2]))
                     height = float(state["tcp"][2] - state["object"][2])
                     closest[i] = min(closest[i], lateral)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from vla_envs.core.backend import env_rows
 from vla_envs.errors import VlaEnvError
 
 
@@ -112,7 +113,7 @@ def run_episodes(args: argparse.Namespace, recorder_folder: Path | None = None) 
         for _ in bar:
             scene = None
             if expert is not None:
-                states = [base.backend.call(i, "expert_state") for i in range(args.num_envs)]
+                states = env_rows(base.expert_state())
                 actions = expert.act(states)[:, None, :]
                 scene = scene_poses(states)
             elif args.policy == "random":

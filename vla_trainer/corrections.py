@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from vla_envs.core.backend import env_rows
 from vla_envs.demos import SCENE_BODIES, EpisodeRecorder, scene_poses
 
 from .models import VLAPolicy
@@ -120,7 +121,7 @@ def _collect(env, spec, policy: VLAPolicy, out_dir, num_episodes: int, handover_
     bar = tqdm(total=num_episodes, desc="corrections", unit="episode", file=sys.stderr)
     try:
         while episodes < num_episodes:
-            states = [base.backend.call(i, "expert_state") for i in range(n)]
+            states = env_rows(base.expert_state())
             if (grasp_delays or only_held) and "grasped" not in states[0]:
                 raise ValueError(f"{spec.id}'s expert state does not say whether the object is held "
                                  f"(no 'grasped'), so hand-overs cannot follow the policy's grasp")

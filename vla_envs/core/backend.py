@@ -83,6 +83,24 @@ class BatchedBackend(ABC):
         A backend with ``can_skip_envs`` False steps every env regardless of ``active``.
         """
 
+    def expert_state(self) -> dict[str, np.ndarray]:
+        """The task's privileged state of every env, each field ``[N, ...]``: what a scripted
+        expert and diagnostics read (poses the policy never observes). One call for the batch on
+        every backend. Raises NotImplementedError for a backend or task without one."""
+        raise NotImplementedError(f"{type(self).__name__} has no privileged expert state: scripted experts and "
+                                  "expert_start_phases need a simulated task that defines expert_state")
+
     @abstractmethod
     def close(self) -> None:
         """Release every process, simulator and buffer. Idempotent."""
+
+
+def stack_env_states(states: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """Per-env dicts of arrays -> one dict of ``[N, ...]`` arrays (the batched ``expert_state``)."""
+    return {key: np.stack([np.asarray(s[key]) for s in states]) for key in states[0]}
+
+
+def env_rows(batch: dict[str, np.ndarray]) -> list[dict[str, np.ndarray]]:
+    """The inverse: one dict per env, what the scripted experts' ``act`` reads."""
+    n = len(next(iter(batch.values())))
+    return [{key: value[i] for key, value in batch.items()} for i in range(n)]

@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from vla_envs.core.backend import BatchedBackend, StepResult
+from vla_envs.core.backend import BatchedBackend, StepResult, stack_env_states
 from vla_envs.core.serial import check_same_spaces
 from vla_envs.core.spaces import array_keys
 from vla_envs.core.task_env import TaskEnv
@@ -87,6 +87,8 @@ def _worker(index: int, env_fn: Callable[[], TaskEnv], conn: connection.Connecti
                 elif cmd == "attach":
                     blocks, views = _attach(arg)
                     conn.send(("ok", None))
+                elif cmd == "expert_state":  # None: the task has no privileged state
+                    conn.send(("ok", env.expert_state() if hasattr(env, "expert_state") else None))
                 elif cmd == "call":
                     name, args, kwargs = arg
                     conn.send(("ok", getattr(env, name)(*args, **kwargs)))
@@ -323,6 +325,16 @@ class ProcessPoolBackend(BatchedBackend):
         """Call ``method`` on the ``TaskEnv`` of one worker and return its (picklable) result."""
         self._send(env_index, ("call", (method, args, kwargs)), f"calling {method}")
         return self._recv(env_index, f"calling {method}")
+
+    def expert_state(self) -> dict[str, np.ndarray]:
+        """Every worker's ``TaskEnv.expert_state()``, asked of all at once, stacked ``[N, ...]``."""
+        ids = np.arange(self.num_envs)
+        for i in ids:
+            self._send(int(i), ("expert_state", None), "reading the expert state")
+        states = self._gather(ids, "reading the expert state")
+        if any(state is None for state in states):
+            return super().expert_state()
+        return stack_env_states(states)
 
     @property
     def pids(self) -> list[int]:

@@ -9,7 +9,7 @@ from typing import Callable
 
 import numpy as np
 
-from vla_envs.core.backend import BatchedBackend, StepResult
+from vla_envs.core.backend import BatchedBackend, StepResult, stack_env_states
 from vla_envs.core.spaces import array_keys
 from vla_envs.core.task_env import TaskEnv
 
@@ -71,6 +71,12 @@ class SerialBackend(BatchedBackend):
     def call(self, env_index: int, method: str, *args, **kwargs):
         """Call ``method`` on one ``TaskEnv`` (same as ``ProcessPoolBackend.call``)."""
         return getattr(self.envs[env_index], method)(*args, **kwargs)
+
+    def expert_state(self) -> dict[str, np.ndarray]:
+        """Every env's ``TaskEnv.expert_state()``, stacked ``[N, ...]``."""
+        if not hasattr(self.envs[0], "expert_state"):
+            return super().expert_state()
+        return stack_env_states([env.expert_state() for env in self.envs])
 
     def close(self) -> None:
         for env in self.envs:

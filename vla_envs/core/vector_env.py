@@ -531,6 +531,17 @@ class ChunkVectorEnv(VectorEnv, gym.Env):
         every sub-step of a chunk. Observers must not modify the arrays."""
         self._observers.append(observer)
 
+    def expert_state(self) -> dict[str, np.ndarray]:
+        """The task's privileged state of every env now, each field ``[N, ...]`` (world poses of
+        the TCP, object and plate, whether the object is held, ...): what scripted experts and
+        diagnostics read; never part of an observation. One batched call on every backend.
+
+        Raises:
+            NotImplementedError: the task (or the real robot) has no privileged state.
+        """
+        self._check_open()
+        return self.backend.expert_state()
+
     @property
     def exhausted(self) -> bool:
         """``enumerate_initial_states``: every initial state has run and no episode is running."""

@@ -68,5 +68,12 @@ class ManiSkillGPUBackend(BatchedBackend):
         return StepResult(convert_obs(raw), to_numpy(reward).astype(np.float32),
                           to_numpy(terminated).astype(bool), success, progress_values(info, self.progress_flags))
 
+    def expert_state(self) -> dict[str, np.ndarray]:
+        """The task's privileged state of the whole batch, one call (``[N, ...]`` arrays)."""
+        unwrapped = self._env.unwrapped
+        if not hasattr(unwrapped, "expert_state"):
+            return super().expert_state()
+        return {key: to_numpy(value) for key, value in unwrapped.expert_state().items()}
+
     def close(self) -> None:
         self._env.close()

@@ -8,7 +8,7 @@ from typing import Any
 from vla_envs.core.vector_env import ChunkVectorEnv
 
 SIM_BACKENDS = ("auto", "physx_cpu", "physx_cuda")
-VECTORIZATIONS = ("pool", "serial")
+VECTORIZATIONS = ("pool", "serial", "batched")
 
 
 def resolve_sim_backend(sim_backend: str) -> str:
@@ -55,8 +55,10 @@ def make_maniskill_vector_env(task: str, instruction: str | None, num_envs: int 
         num_envs: batch size.
         sim_backend: ``"auto"``, ``"physx_cpu"`` (one env per worker process) or
             ``"physx_cuda"`` (all envs in this process, GPU-batched).
-        vectorization: CPU only: ``"pool"`` (worker processes, shared memory) or
-            ``"serial"`` (this process; for debugging).
+        vectorization: CPU physics: ``"pool"`` (worker processes, shared memory), ``"serial"``
+            (this process; for debugging) or ``"batched"`` (one ManiSkill batch in this process,
+            the code path ``physx_cuda`` always takes; on CPU physics only with ``num_envs=1``,
+            which runs that path where there is no GPU).
         render_backend: ``"auto"`` (``resolve_render_backend``), ``"cpu"`` or ``"gpu"``.
         image_size: camera side in pixels, or (height, width); None: the task's cameras.
         reward_mode: ManiSkill reward mode.
@@ -82,14 +84,14 @@ def make_maniskill_vector_env(task: str, instruction: str | None, num_envs: int 
         importlib.import_module(register_module)
     check_assets(task)
     env_kwargs = dict(env_kwargs or {}, render_backend=render)
-    if backend_name == "physx_cuda":
+    if backend_name == "physx_cuda" or vectorization == "batched":
         from vla_envs.backends.maniskill.gpu import ManiSkillGPUBackend
         from vla_envs.backends.maniskill.physx import check_physx_library
 
-        check_physx_library()  # never let SAPIEN download it inside the env (offline nodes, races)
-
+        if backend_name == "physx_cuda":
+            check_physx_library()  # never let SAPIEN download it inside the env (offline nodes, races)
         backend = ManiSkillGPUBackend(task, instruction, num_envs, image_hw, reward_mode, obs_mode,
-                                      register_module, **env_kwargs)
+                                      register_module, sim_backend=backend_name, **env_kwargs)
     else:
         from vla_envs.backends.maniskill.task_env import ManiSkillTaskEnv
         from vla_envs.core.pool import ProcessPoolBackend

@@ -41,6 +41,7 @@ from mani_skill.utils.structs.types import SimConfig
 from PIL import Image
 
 from vla_envs.backends.maniskill.common import to_maniskill_action
+from vla_envs.core.backend import env_rows
 from vla_envs.tasks.put_on_plate import episodes, rewards
 from vla_envs.tasks.put_on_plate.assets import AssetPack
 from vla_envs.tasks.put_on_plate.camera import CameraFile, load_camera_file
@@ -267,8 +268,7 @@ class PutOnPlateInScene25Env(BaseEnv):
             todo = expert.phase < target
             if not todo.any():
                 break
-            batch = self.expert_state()
-            action = expert.act([{key: v[i] for key, v in batch.items()} for i in range(self.num_envs)])
+            action = expert.act(env_rows(self.expert_state()))
             action[~todo, :6] = 0.0
             action[~todo, 6] = grip[~todo]
             grip = action[:, 6].copy()
