@@ -4,7 +4,9 @@ Full-size models use the Llama-2 tokenizer saved with the checkpoint. The tiny p
 tokenizer built here, deterministically and offline: ``<unk> <s> </s>``, the 256 bytes (no
 merges, so any text encodes), then ``n_action_bins`` reserved action tokens that text never
 produces, as the LAST ids of the base vocabulary (the layout OpenVLA relies on), then
-``<pad>``. It saves and loads like any Hugging Face tokenizer.
+``<pad>``. It saves and loads like any Hugging Face tokenizer. With ``vocab_size`` it stands in
+for a larger vocabulary (unused filler tokens before the action tokens), so a full-size model can
+be run without its tokenizer's download where the prompt's text does not matter (benchmarks).
 """
 
 from __future__ import annotations
@@ -21,10 +23,16 @@ from .errors import ConfigMismatchError, InvalidInputError
 SPECIALS = ("<unk>", "<s>", "</s>")
 
 
-def build_byte_tokenizer(n_action_bins: int = 256) -> PreTrainedTokenizerFast:
-    """The tiny presets' tokenizer: base vocabulary ``3 + 256 + n_action_bins``, pad id after it."""
+def build_byte_tokenizer(n_action_bins: int = 256, vocab_size: int | None = None) -> PreTrainedTokenizerFast:
+    """The tiny presets' tokenizer: base vocabulary ``3 + 256 + n_action_bins`` (or ``vocab_size``,
+    padded with unused tokens before the action tokens), pad id right after it."""
     byte_symbols = sorted(pre_tokenizers.ByteLevel.alphabet())
-    vocab_list = [*SPECIALS, *byte_symbols, *(f"<act_{i:03d}>" for i in range(n_action_bins))]
+    fillers = 0 if vocab_size is None else vocab_size - (len(SPECIALS) + len(byte_symbols) + n_action_bins)
+    if fillers < 0:
+        raise ValueError(f"vocab_size={vocab_size}: at least {len(SPECIALS) + len(byte_symbols) + n_action_bins} "
+                         f"(specials, bytes and {n_action_bins} action tokens)")
+    vocab_list = [*SPECIALS, *byte_symbols, *(f"<unused_{i}>" for i in range(fillers)),
+                  *(f"<act_{i:03d}>" for i in range(n_action_bins))]
     vocab = {tok: i for i, tok in enumerate(vocab_list)}
     tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
