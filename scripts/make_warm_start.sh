@@ -115,47 +115,6 @@ rm -rf "$DIR/sft" && cp -r "$DIR/sft_$LAST" "$DIR/sft"
 echo "warm start: $DIR/sft"
 
 if [ "${2:-}" = "--publish" ]; then
-  .venv/bin/python - "$DIR" "$STAGES" "$LAST" "$EPISODES" "$DEMO_SEED" "$ENV_KWARGS" <<'PY'
-import json, sys
-from vla_trainer.checkpoint import publish_half_precision
-from vla_trainer.metrics_log import sft_curve
-run, stages, last = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-episodes, demo_seed, env_kwargs = int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
-keep = ("initial_loss", "final_loss", "final_token_accuracy", "final_action_l1", "action_l1_of_zero", "steps", "curve",
-        "scene_loss_weight", "first_frame_repeats", "release_frame_repeats", "final_scene_loss")
-def settings(stage):
-    if stage == 0:
-        return {"init": "vision pretraining", "batch_size": 32, "lr": 5e-4, "warmup_steps": 50,
-                "lr_schedule": "cosine", "seed": 0,
-                **{key: json.load(open(f"{run}/sft_0/config.json")).get(key, "none")
-                   for key in ("patch_positions", "layout_token")}}
-    return {"init": f"stage {stage - 1}", "batch_size": 32, "lr": 3e-4, "warmup_steps": 20,
-            "lr_schedule": "cosine", "seed": stage, "proprio": stage > stages}
-index = json.load(open(f"{run}/demos/index.json"))
-vision = json.load(open(f"{run}/vision/vision_metrics.json"))
-made_by = {
-    "script": "scripts/make_warm_start.sh",
-    "demos": {"env_id": index["env_id"], "asset_pack": index["asset_pack"], "episodes_recorded": episodes,
-              "episodes_kept": len(index["episodes"]), "seed": demo_seed, "image_size": 64,
-              "expert_kwargs": index.get("expert_kwargs", {}),
-              "env_kwargs": json.loads(env_kwargs)},
-    "vision_pretraining": {
-        "settings": {"init": "random (preset tiny-openvla-oft, learned slot embeddings)", "batch_size": 64,
-                     "lr": 3e-4, "seed": 0},
-        **{k: vision[k] for k in ("steps", "targets", "num_frames", "num_val_frames", "val_before", "val_after",
-                                  "val_of_mean")}},
-    "stages": [{"settings": settings(i), **{k: v for k, v in json.load(open(f"{run}/sft_{i}/sft_metrics.json")).items()
-                                            if k in keep}}
-               for i in range(last + 1)],
-    "weights": "float16 (loads as float32)",
-}
-out = publish_half_precision(f"{run}/sft", "warm_start/tiny-openvla-oft-put-on-plate", made_by)
-# one curve over all stages (each stage's own curve counts its steps from 0)
-curve, offset = [], 0
-for stage in made_by["stages"]:
-    curve += [{**point, "step": point["step"] + offset} for point in stage["curve"]]
-    offset += stage["steps"]
-sft_curve(curve, out / "sft_curve.png")
-print(f"published {out}")
-PY
+  .venv/bin/vla-train publish-warm-start --run "$DIR" --to warm_start/tiny-openvla-oft-put-on-plate \
+    --demo-episodes "$EPISODES" --demo-seed "$DEMO_SEED" --env-kwargs "$ENV_KWARGS"
 fi

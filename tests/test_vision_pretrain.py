@@ -152,3 +152,39 @@ def test_cli_pretrain_rejects_plain_demos(tmp_path, capsys):
     folder = write_plain_demos(tmp_path / "plain")
     assert cli_main(["pretrain-vision", "--demos", str(folder), "--steps", "2", "--out", str(tmp_path / "v")]) == 2
     assert "no scene poses" in capsys.readouterr().err and not (tmp_path / "v").exists()
+
+
+def test_publish_warm_start_records_what_every_stage_wrote(tmp_path, capsys):
+    """``vla-train publish-warm-start`` (what ``make_warm_start.sh --publish`` runs): float16 weights,
+    made_by.json built from the stages' own records (settings included), one curve over all stages."""
+    import shutil
+
+    from safetensors.torch import load_file
+
+    run, out = tmp_path / "run", tmp_path / "published"
+    demos = write_scene_demos(run / "demos", episodes=10, steps=3)
+    policy = VLAPolicy(*tiny("tiny-openvla-oft", seed=0))
+    pretrain_vision(policy, demos, steps=2, batch_size=4, lr=1e-3, eval_every=1, out_dir=run / "vision",
+                    progress=False)
+    train_sft(policy, demos, SFTConfig(steps=2, batch_size=4, lr=1e-3, eval_every=1), out_dir=run / "sft_0",
+              progress=False)
+    train_sft(policy, demos, SFTConfig(steps=3, batch_size=4, lr=5e-4, seed=1, eval_every=1), out_dir=run / "sft_1",
+              progress=False)
+    shutil.copytree(run / "sft_1", run / "sft")
+    args = ["publish-warm-start", "--run", str(run), "--to", str(out), "--demo-episodes", "12", "--demo-seed", "3",
+            "--env-kwargs", '{"low_poly": true}']
+    assert cli_main(args) == 0
+    made_by = json.loads((out / "made_by.json").read_text())
+    assert made_by["demos"] == {"env_id": "Synthetic-v0", "asset_pack": None, "episodes_recorded": 12,
+                                "episodes_kept": 10, "seed": 3, "expert_kwargs": {}, "env_kwargs": {"low_poly": True}}
+    assert made_by["vision_pretraining"]["settings"]["batch_size"] == 4 and made_by["vision_pretraining"]["steps"] == 2
+    first, second = made_by["stages"]
+    assert (first["settings"]["init"], second["settings"]["init"]) == ("vision pretraining", "stage 0")
+    assert (second["settings"]["lr"], second["settings"]["seed"], second["steps"]) == (5e-4, 1, 3)
+    assert not second["settings"]["proprio"]
+    weights = load_file(str(out / "model.safetensors"))
+    assert all(w.dtype == torch.float16 for w in weights.values() if w.is_floating_point())
+    assert (out / "sft_curve.png").is_file() and not (out / "sft_metrics.json").exists()
+    shutil.rmtree(run / "sft_0")
+    assert cli_main(args) == 2
+    assert "stages ['sft_0'] are missing" in capsys.readouterr().err

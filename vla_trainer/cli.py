@@ -151,6 +151,20 @@ def cmd_pretrain_vision(args: argparse.Namespace) -> int:
 ACTION_DIM_NAMES = ("x", "y", "z", "roll", "pitch", "yaw", "gripper")
 
 
+def cmd_publish_warm_start(args: argparse.Namespace) -> int:
+    from vla_trainer.warm_start import publish_warm_start
+
+    try:
+        env_kwargs = json.loads(args.env_kwargs)
+        out = publish_warm_start(args.run, args.to, demo_episodes=args.demo_episodes, demo_seed=args.demo_seed,
+                                 env_kwargs=env_kwargs)
+    except (FileNotFoundError, KeyError, ValueError) as e:
+        print(f"error: --run {args.run}: not a whole warm-start folder ({type(e).__name__}: {e})", file=sys.stderr)
+        return 2
+    print(f"published {out}")
+    return 0
+
+
 def cmd_sft_report(args: argparse.Namespace) -> int:
     import os
 
@@ -275,7 +289,8 @@ def cmd_recipes(args: argparse.Namespace) -> int:
 
 # diagnostics that live in the repository's tools/ (not installed): named, not mistaken for `rl` options
 DIAGNOSTICS = {"reach-report": "python -m tools.reach_report --help"}
-SUBCOMMANDS = ("rl", "sft", "pretrain-vision", "sft-report", "collect-corrections", "recipes")
+SUBCOMMANDS = ("rl", "sft", "pretrain-vision", "sft-report", "collect-corrections", "publish-warm-start",
+               "recipes")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -346,6 +361,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="draw each sample whose action chunk holds the release (the gripper opening "
                         "after a grasp) this many times per epoch (default: 1, every sample once)")
     p.set_defaults(func=cmd_sft)
+    w = sub.add_parser("publish-warm-start",
+                       help="a warm start made by scripts/make_warm_start.sh, in float16 with made_by.json "
+                            "(read from what its stages recorded) and one SFT curve over all stages")
+    w.add_argument("--run", type=Path, required=True, help="the script's folder (demos/, vision/, sft_0/, ..., sft/)")
+    w.add_argument("--to", type=Path, required=True, help="the folder to write (replaced atomically)")
+    w.add_argument("--demo-episodes", type=positive_int, required=True, help="episodes the demo collection ran")
+    w.add_argument("--demo-seed", type=int, required=True, help="the demo collection's seed")
+    w.add_argument("--env-kwargs", default="{}", help="JSON of the env options the demos were recorded with")
+    w.set_defaults(func=cmd_publish_warm_start)
     q = sub.add_parser("sft-report", help="where a warm start errs: action error per episode step and dimension")
     q.add_argument("--checkpoint", type=Path, required=True,
                    help="model folder, training checkpoint or run folder (its latest)")

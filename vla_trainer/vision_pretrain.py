@@ -141,6 +141,8 @@ def pretrain_vision(
         "val_before": before, "val_after": curve[-1] if curve else validate(),
         "val_of_mean": scene_errors(mean.expand(len(val_idx), -1), target[val_idx], names),
         "pretrain_curve": curve, "checkpoint": None,
+        "settings": {"batch_size": batch_size, "lr": lr, "seed": seed, "val_fraction": val_fraction,
+                     "eval_every": eval_every},
     }
     if out_dir is not None:
         metrics["checkpoint"] = str(out_dir)
