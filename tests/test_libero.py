@@ -97,6 +97,8 @@ def test_opening_the_drawer_is_a_success_with_sparse_reward():
         env.close()
 
 
+@pytest.mark.reliability(fault='LIBERO worker killed mid-rollout (SIGKILL)', cases=1,
+                         outcome='survived: replaced, its episode truncated (worker_crashed), the others go on')
 def test_a_killed_worker_is_restarted_and_the_rollout_goes_on():
     env = gym.make("libero_spatial", num_envs=2, **SMALL)
     try:

@@ -146,3 +146,22 @@ def test_the_batched_in_process_backend_runs_on_cpu_physics():
         env.close()
     with pytest.raises(ValueError, match="num_envs=2"):
         ManiSkillGPUBackend("PickCube-v1", None, 2, (64, 64), sim_backend="physx_cpu")
+
+
+@pytest.mark.reliability(fault="ManiSkill worker killed mid-rollout (SIGKILL)", cases=1,
+                         outcome="survived: replaced, its episode truncated (worker_crashed), the others go on")
+def test_a_killed_maniskill_worker_is_replaced_and_its_episode_truncated(env):
+    import os
+    import signal
+
+    backend = env.backend
+    env.reset(seed=3)
+    victim = backend.pids[1]
+    os.kill(victim, signal.SIGKILL)
+    with pytest.warns(RuntimeWarning, match="env worker 1 .* died while stepping: killed by signal SIGKILL"):
+        out = env.chunk_step(np.zeros((N, 2, 7), np.float32))
+    assert backend.pids[1] != victim
+    assert out.info["truncation_reason"][1] == "worker_crashed" and out.truncated[1, 0]
+    assert out.valid[0].all() and not out.truncated[0].any()
+    obs, _ = env.reset(seed=3)  # the new worker simulates and renders like the old one
+    assert obs["image"][1].std() > 5

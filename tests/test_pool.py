@@ -70,6 +70,8 @@ def test_observations_come_through_shared_memory(pool):
     assert pool._views["image"][:, 0, 0, 0].tolist() == [1, 2, 3]
 
 
+@pytest.mark.reliability(fault='an env raising a Python error in a worker', cases=1,
+                         outcome='refused: the error names the env; the pool keeps serving')
 def test_worker_exception_names_env_and_pool_survives(pool):
     env = ChunkVectorEnv(pool)
     env.reset(seed=0)
@@ -82,6 +84,8 @@ def test_worker_exception_names_env_and_pool_survives(pool):
     assert out.valid.all()
 
 
+@pytest.mark.reliability(fault='a worker dying with no restart policy', cases=1,
+                         outcome='refused: WorkerError naming the env and the signal')
 def test_dead_worker_is_reported_with_its_exit_code(pool):
     env = ChunkVectorEnv(pool)
     env.reset(seed=0)
@@ -109,6 +113,8 @@ def test_close_leaves_no_worker_processes(pool):
             os.kill(pid, 0)
 
 
+@pytest.mark.reliability(fault='simulator worker killed mid-rollout (SIGKILL)', cases=1,
+                         outcome='survived: replaced, its episode truncated (worker_crashed), the others go on')
 def test_restart_crashed_worker_truncates_its_episode_and_the_batch_goes_on():
     backend = ProcessPoolBackend([functools.partial(ToyEnv, 50)] * N, restart_crashed=True)
     env = ChunkVectorEnv(backend, auto_reset=True)
@@ -152,3 +158,58 @@ def test_restart_crashed_does_not_hide_python_errors():
         assert backend.restarts == 0
     finally:
         backend.close()
+
+
+def _shm_names(backend) -> list[str]:
+    return [name for name, _, _ in backend._layout.values()]
+
+
+@pytest.mark.reliability(fault='simulator worker hangs (SIGSTOP) past the step deadline', cases=1,
+                         outcome='survived: killed, replaced, its episode truncated')
+def test_a_hung_worker_is_killed_and_replaced_like_a_dead_one():
+    backend = ProcessPoolBackend([functools.partial(ToyEnv, 50)] * N, restart_crashed=True, step_timeout_s=2)
+    env = ChunkVectorEnv(backend, auto_reset=True)
+    try:
+        env.reset(seed=0)
+        hung = backend.pids[2]
+        os.kill(hung, signal.SIGSTOP)  # alive, holding its pipe, never answering: a stuck simulator
+        with pytest.warns(RuntimeWarning, match=r"env worker 2 .* did not answer within 2 s while stepping"):
+            out = env.chunk_step(np.zeros((N, 3, 7), np.float32))
+        with pytest.raises(ProcessLookupError):
+            os.kill(hung, 0)  # killed and reaped, not left stopped
+        assert backend.restarts == 1 and backend.pids[2] != hung
+        assert out.info["truncation_reason"][2] == "worker_crashed" and out.truncated[2, 0]
+        assert out.valid[:2].all()
+        assert env.chunk_step(np.zeros((N, 2, 7), np.float32)).valid.all()
+    finally:
+        env.close()
+
+
+@pytest.mark.reliability(fault='20 worker deaths and hangs in a row', cases=20,
+                         outcome='survived: every episode truncated, no process or /dev/shm segment left')
+def test_twenty_kills_in_a_row_leave_no_process_and_no_shared_memory():
+    backend = ProcessPoolBackend([functools.partial(ToyEnv, 50)] * N, restart_crashed=True, step_timeout_s=2)
+    env = ChunkVectorEnv(backend, auto_reset=True)
+    rng = np.random.default_rng(0)
+    seen, truncated = set(), 0
+    try:
+        env.reset(seed=0)
+        for k in range(20):
+            victim = int(rng.integers(N))
+            seen.update(backend.pids)
+            # mostly deaths (SIGKILL, as a segfault or the OOM killer), every fifth a hang
+            os.kill(backend.pids[victim], signal.SIGSTOP if k % 5 == 4 else signal.SIGKILL)
+            with pytest.warns(RuntimeWarning, match=f"env worker {victim} "):
+                out = env.chunk_step(np.zeros((N, 2, 7), np.float32))
+            truncated += int(out.info["truncation_reason"][victim] == "worker_crashed")
+        assert backend.restarts == 20 and truncated == 20
+        names = _shm_names(backend)
+        assert all(os.path.exists(f"/dev/shm/{n}") for n in names)
+        seen.update(backend.pids)
+    finally:
+        env.close()
+    assert len(seen) == N + 20
+    for pid in seen:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    assert not any(os.path.exists(f"/dev/shm/{n}") for n in names)

@@ -64,6 +64,44 @@ def test_mixed_radix_order_is_object_plate_overlay_pair_yaw():
         episodes.decode(np.array([s.num_episodes]), s)
 
 
+def test_a_split_of_some_positions_and_yaws_decodes_only_to_them():
+    cells = episodes.pairs_between(object_cells=(6, 7), plate_cells=(17, 35))
+    xy, pairs = episodes.grid_xy(), episodes.position_pairs()
+    assert {tuple(pairs[k, 0]) for k in cells} == {tuple(xy[6]), tuple(xy[7])}
+    assert {tuple(pairs[k, 1]) for k in cells} == {tuple(xy[17]), tuple(xy[35])}
+    s = episodes.Split("s", range(3, 5), range(0, 1), range(2, 4), positions=cells, yaws=(2,))
+    assert s.num_episodes == 2 * 2 * len(cells) == 16
+    d = episodes.decode(np.arange(s.num_episodes), s)
+    assert set(d["position_pair"].tolist()) == set(cells) and set(d["yaw"].tolist()) == {2}
+    for eid in range(s.num_episodes):
+        one = {k: int(v[eid]) for k, v in d.items()}
+        assert episodes.encode(episodes.Episode(**one), s) == eid
+    with pytest.raises(ValueError, match="yaw 0 outside split"):
+        episodes.encode(episodes.Episode(3, 0, 2, cells[0], 0), s)
+    with pytest.raises(ValueError, match="no pair"):
+        episodes.pairs_between(object_cells=(0,), plate_cells=(1,))  # neighbours: 3 cm apart
+    with pytest.raises(ValueError, match=r"grid cells \[36\] outside"):
+        episodes.pairs_between(object_cells=(36,), plate_cells=(1,))
+
+
+def test_the_curriculum_variant_and_its_held_out_twin_share_every_factor_but_no_initial_state():
+    from vla_envs.tasks.put_on_plate.variants import CURRICULUM, VARIANTS, get_variant
+
+    train, held = (get_variant(f"PutOnPlateInScene25{n}-v3").split() for n in ("Easy", "EasyHeldOut"))
+    states = []
+    for s in (train, held):
+        d = episodes.decode(np.arange(s.num_episodes), s)
+        states.append({tuple(row) for row in np.stack([d[k] for k in sorted(d)], axis=1).tolist()})
+        for k in ("object", "overlay", "position_pair"):
+            assert len(set(d[k].tolist())) == {"object": 16, "overlay": 16, "position_pair": 4}[k]
+    assert len(states[0]) == len(states[1]) == 16 * 16 * 4 // 2
+    assert not states[0] & states[1]
+    with pytest.raises(ValueError, match="other parity"):
+        one = episodes.decode(np.array([0]), held)
+        episodes.encode(episodes.Episode(**{k: int(v[0]) for k, v in one.items()}), train)
+    assert not set(CURRICULUM) & set(VARIANTS)  # --ood evaluates the paper's conditions only
+
+
 # ------------------------------------------------------------------ success and reward
 def _state(obj_xyz, force=1.0):
     plate_bbox = torch.tensor([[0.17, 0.17, 0.022]])

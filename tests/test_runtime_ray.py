@@ -170,6 +170,8 @@ def _initial(key):
     return _INITIAL[key]
 
 
+@pytest.mark.reliability(fault='a Ray env worker dies mid-run', cases=1,
+                         outcome='stopped cleanly naming the worker; the checkpoint kept')
 def test_dead_env_worker_stops_the_run_with_its_error_and_keeps_the_checkpoint(tmp_path):
     rt = RayRuntime(load_config("cpu_ppo_tiny_put_on_plate", BASE + RAY + LAYOUTS["disaggregated"]))
     try:

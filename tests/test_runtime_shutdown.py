@@ -30,6 +30,8 @@ def _iterations(run: Path) -> int:
     return sum(1 for line in path.read_text().splitlines() if json.loads(line)["iteration"] > 0)
 
 
+@pytest.mark.reliability(fault='Ctrl-C during a Ray run', cases=1,
+                         outcome='stopped: exit 130, no process left, the last checkpoint whole')
 def test_ctrl_c_stops_a_ray_run_and_leaves_no_process(tmp_path):
     ray_tmp = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # Ray's socket paths must stay under 108 bytes
     env = {**os.environ, "VLA_ENVS_ASSET_DIR": str(tmp_path / "assets"), "HF_HUB_OFFLINE": "1", "RAY_TMPDIR": ray_tmp}
@@ -60,3 +62,37 @@ def test_ctrl_c_stops_a_ray_run_and_leaves_no_process(tmp_path):
     assert not alive, [" ".join(p.cmdline())[:120] for p in alive]
     latest = (run / "checkpoints" / "latest").read_text().strip()
     assert (run / "checkpoints" / latest / "model").is_dir()  # the last checkpoint is whole
+
+
+@pytest.mark.reliability(fault="SIGTERM to a training run (a scheduler's preemption): exit 143, no process or "
+                               "shared memory left, last checkpoint whole", cases=1, outcome="survived")
+def test_sigterm_stops_a_local_run_like_ctrl_c_and_leaves_nothing_behind(tmp_path):
+    env = {**os.environ, "VLA_ENVS_ASSET_DIR": str(tmp_path / "assets"), "HF_HUB_OFFLINE": "1"}
+    run = tmp_path / "run"
+    cli = Path(sys.executable).with_name("vla-train")
+    local = [o for o in OVERRIDES if not o.startswith("cluster.runtime")]  # the pool of env worker processes
+    shm_before = set(os.listdir("/dev/shm"))
+    proc = subprocess.Popen([str(cli), "--config", "cpu_ppo_tiny_put_on_plate", "--run-dir", str(run), *local],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.time() + 300
+        latest = run / "checkpoints" / "latest"
+        while not latest.exists() and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.5)
+        assert proc.poll() is None, proc.stdout.read()
+        assert latest.exists(), "no checkpoint written in 300 s"
+        family = psutil.Process(proc.pid).children(recursive=True)
+        assert len(family) >= 2, "no env worker processes"
+        proc.send_signal(signal.SIGTERM)  # to the trainer alone, as `kill PID` or a scheduler does
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, out[-3000:]
+    assert "terminated: envs and workers closed; resume with runner.resume_dir=auto" in out
+    _, alive = psutil.wait_procs(family, timeout=30)
+    assert not alive, [" ".join(p.cmdline())[:120] for p in alive]
+    assert set(os.listdir("/dev/shm")) - shm_before == set()
+    assert "leaked shared_memory" not in out
+    latest = (run / "checkpoints" / "latest").read_text().strip()
+    assert (run / "checkpoints" / latest / "model").is_dir()

@@ -46,6 +46,8 @@ def test_the_service_reads_what_the_checkpoint_expects(service):
     assert actions.shape == (8, 7) and actions.dtype == np.float32 and np.abs(actions).max() <= 1.0
 
 
+@pytest.mark.reliability(fault='what the policy server listens on', cases=1,
+                         outcome='127.0.0.1 unless told otherwise')
 def test_the_server_binds_loopback_and_answers_like_the_service(service, server):
     assert server.server_address[0] == "127.0.0.1"
     image, state = _obs(1)
@@ -77,6 +79,8 @@ def _raw(server, payload: bytes) -> tuple[dict, dict] | None:
     (encode({"type": "act", "instruction": "x"}), "needs an 'image'"),
     (encode({"type": "shutdown"}), "unknown request type"),
 ])
+@pytest.mark.reliability(fault='malformed or oversized policy-server messages', cases=1,
+                         outcome='refused with an error; the server keeps serving; nothing unpickled')
 def test_malformed_requests_get_an_error_and_the_server_keeps_serving(server, payload, message):
     payload = payload() if callable(payload) else payload
     header, _ = _raw(server, payload)

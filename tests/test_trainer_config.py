@@ -357,6 +357,8 @@ def test_error_yaml_top_level_list(tmp_path):
     assert str(path) in msg and "mapping" in msg
 
 
+@pytest.mark.reliability(fault='corrupt recipe files (bad YAML, unknown nested keys, wrong types)', cases=1,
+                         outcome='refused with an error naming the key')
 def test_error_yaml_unknown_nested_key(tmp_path):
     path = tmp_path / "typo.yaml"
     path.write_text("actor:\n  optim:\n    lrr: 1.0e-4\n")
@@ -364,6 +366,8 @@ def test_error_yaml_unknown_nested_key(tmp_path):
     assert "actor.optim.lrr" in msg and str(path) in msg
 
 
+@pytest.mark.reliability(fault='corrupt recipe files (bad YAML, unknown nested keys, wrong types)', cases=1,
+                         outcome='refused with an error naming the key')
 def test_error_invalid_yaml(tmp_path):
     path = tmp_path / "broken.yaml"
     path.write_text("actor: {optim: [\n")
@@ -371,6 +375,8 @@ def test_error_invalid_yaml(tmp_path):
     assert "not valid YAML" in msg
 
 
+@pytest.mark.reliability(fault='corrupt recipe files (bad YAML, unknown nested keys, wrong types)', cases=1,
+                         outcome='refused with an error naming the key')
 def test_error_yaml_value_of_wrong_type(tmp_path):
     path = tmp_path / "wrongtype.yaml"
     path.write_text("rollout:\n  steps_per_rollout: many\n")
@@ -562,3 +568,36 @@ def test_success_rate_filter_takes_both_bounds_or_neither():
     assert load_config("cpu_grpo_tiny_put_on_plate", ["algorithm.success_rate_filter=true"]).algorithm.filter_low is None
     msg = config_error("cpu_grpo_tiny_put_on_plate", ["algorithm.success_rate_filter=true", "algorithm.filter_low=0.5"])
     assert "algorithm.filter_low" in msg and "both" in msg
+
+
+# ------------------------------------------------------------------ keys that only name what a checkpoint must be
+SHIPPED = "warm_start/tiny-openvla-oft-put-on-plate"
+
+
+def test_model_name_must_match_the_checkpoint_it_loads():
+    import torch
+
+    from vla_trainer.build import build_policy
+
+    cfg = load_config("cpu_grpo_tiny_put_on_plate", [f"actor.model.model_path={SHIPPED}"])
+    policy = build_policy(cfg, device="cpu")
+    # the checkpoint is published in float16; actor.model.precision fp32 is what trains
+    assert {p.dtype for p in policy.model.parameters()} == {torch.float32}
+    assert not any("value" in n for n, _ in policy.model.named_parameters())  # add_value_head: false
+    cfg = load_config("cpu_grpo_tiny_put_on_plate", [f"actor.model.model_path={SHIPPED}", "actor.model.model_name=openvla"])
+    with pytest.raises(ConfigError, match=r"actor\.model\.model_name: 'openvla', but .* 'vla_openvla_oft' model; "
+                                          r"set actor\.model\.model_name=openvla_oft"):
+        build_policy(cfg, device="cpu")
+
+
+def test_a_value_head_grpo_would_ignore_warns():
+    from vla_trainer.config import ConfigWarning
+
+    with pytest.warns(ConfigWarning, match=r"actor\.model\.add_value_head=true is ignored"):
+        load_config("cpu_grpo_tiny_put_on_plate", ["actor.model.add_value_head=true"])
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConfigWarning)
+        load_config("cpu_grpo_tiny_put_on_plate")
+        load_config("cpu_ppo_tiny_put_on_plate")

@@ -91,6 +91,8 @@ def test_critic_warmup_trains_only_the_value_head():
     assert any("value_head." not in k and not torch.equal(after[k], v) for k, v in _params(policy).items())
 
 
+@pytest.mark.reliability(fault='NaN advantages or loss', cases=1,
+                         outcome='stopped before the optimizer step; the last checkpoint kept')
 def test_nan_advantages_stop_before_the_optimizer_step():
     cfg = _cfg("actor.global_batch_size=4", "actor.micro_batch_size=2")
     policy, rollout = _setup(cfg)

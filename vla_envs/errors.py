@@ -16,11 +16,13 @@ class AssetsMissingError(VlaEnvError, FileNotFoundError):
 
 
 class WorkerError(VlaEnvError, RuntimeError):
-    """An env worker process raised or died. ``env_index`` names the env."""
+    """An env worker process raised, died or hung. ``env_index`` names the env; ``hung`` is True
+    when it was alive but did not answer within its deadline."""
 
-    def __init__(self, message: str, env_index: int):
+    def __init__(self, message: str, env_index: int, hung: bool = False):
         super().__init__(message)
         self.env_index = env_index
+        self.hung = hung
 
 
 class ClosedEnvError(VlaEnvError, RuntimeError):

@@ -76,12 +76,12 @@ _PUT_ON_PLATE = "vla_envs.tasks.put_on_plate.make:make_put_on_plate_vector_env"
 
 
 def _put_on_plate_specs() -> dict[str, TaskSpec]:
-    from vla_envs.tasks.put_on_plate.variants import VARIANTS
+    from vla_envs.tasks.put_on_plate.variants import CURRICULUM, VARIANTS
 
     return {env_id: TaskSpec(env_id, "maniskill", f"put-on-plate/{v.category}", 80, _PUT_ON_PLATE,
                              {"variant": env_id}, ("mani_skill", "sapien"), "maniskill",
                              expert="vla_envs.tasks.put_on_plate.expert:ScriptedExpert")
-            for env_id, v in VARIANTS.items()}
+            for env_id, v in (VARIANTS | CURRICULUM).items()}
 
 
 TASKS.update(_put_on_plate_specs())

@@ -10,7 +10,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .config.loading import ConfigError
 from .config.schema import EnvSplitConfig, TrainConfig
+
+MODEL_TYPES = {"openvla": "vla_openvla", "openvla_oft": "vla_openvla_oft"}
+"""actor.model.model_name -> the model_type of its checkpoints' config.json."""
+PRECISIONS = {"fp32": torch.float32}
+"""actor.model.precision -> the dtype the policy is trained in."""
 
 
 def build_policy(cfg: TrainConfig, resume_model_dir: Path | None = None, device: str | None = None):
@@ -21,7 +27,7 @@ def build_policy(cfg: TrainConfig, resume_model_dir: Path | None = None, device:
 
     m = cfg.actor.model
     value_type = None
-    if cfg.algorithm.loss_type == "actor_critic":
+    if m.add_value_head and cfg.algorithm.loss_type == "actor_critic":
         value_type = cfg.algorithm.value_type or cfg.algorithm.reward_type
     torch.manual_seed(cfg.actor.seed)  # a value head missing from a saved model is initialised from this
     full_resume = resume_model_dir is not None and not m.is_lora
@@ -34,6 +40,11 @@ def build_policy(cfg: TrainConfig, resume_model_dir: Path | None = None, device:
         if tokenizer is None:
             raise ValueError(f"actor.model.preset={m.preset!r} has no built-in tokenizer; set "
                              "actor.model.model_path to a saved checkpoint folder")
+    if model.config.model_type != MODEL_TYPES[m.model_name]:
+        raise ConfigError(f"actor.model.model_name: {m.model_name!r}, but {m.model_path or resume_model_dir} holds "
+                          f"a {model.config.model_type!r} model; set actor.model.model_name="
+                          f"{next(k for k, v in MODEL_TYPES.items() if v == model.config.model_type)}")
+    model = model.to(PRECISIONS[m.precision])  # a float16 publication trains in the recipe's precision
     if m.is_lora:
         model = load_lora(model, resume_model_dir) if resume_model_dir is not None else apply_lora(model, m.lora_rank)
     model.eval()

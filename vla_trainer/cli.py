@@ -236,6 +236,14 @@ def cmd_collect_corrections(args: argparse.Namespace) -> int:
     return 0
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, handled like Ctrl-C."""
+
+
+def _terminated(signum, frame) -> None:
+    raise Terminated()
+
+
 def cmd_rl(args: argparse.Namespace) -> int:
     import os
 
@@ -252,18 +260,27 @@ def cmd_rl(args: argparse.Namespace) -> int:
     if args.print_config:
         print(to_yaml(cfg))
         return 0
+    import signal
+
+    from vla_trainer.checkpoint import CheckpointWriteError
     from vla_trainer.runner import train
     from vla_trainer.runtime.errors import WorkerFailed
 
+    # A scheduler's SIGTERM (preemption, scancel) stops the run as Ctrl-C does: envs, workers and
+    # Ray closed, the last whole checkpoint kept. Without this, Python dies at once and skips all that.
+    previous = signal.signal(signal.SIGTERM, _terminated)
     try:
         result = train(cfg, run_dir=args.run_dir)
     except (ConfigError, FileNotFoundError, VLAModelError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("interrupted: envs and workers closed; resume with runner.resume_dir=auto (same --run-dir) from the last "
-              "checkpoint", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:
+        print(f"{'terminated' if isinstance(e, Terminated) else 'interrupted'}: envs and workers closed; resume "
+              "with runner.resume_dir=auto (same --run-dir) from the last checkpoint", file=sys.stderr)
+        return 143 if isinstance(e, Terminated) else 130
+    except CheckpointWriteError as e:
+        print(f"error: training stopped: {e.strerror}", file=sys.stderr)
+        return 1
     except WorkerFailed as e:
         print(f"error: training stopped: {e}. The last good checkpoint (if any) is untouched; resume with "
               "runner.resume_dir=auto (same --run-dir)", file=sys.stderr)
@@ -272,6 +289,8 @@ def cmd_rl(args: argparse.Namespace) -> int:
         print(f"error: training stopped: {e}. The last good checkpoint (if any) is untouched; "
               "lower actor.optim.lr or check the rewards.", file=sys.stderr)
         return 1
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     print(json.dumps({"run_dir": str(result.run_dir), "iterations": result.iterations,
                       "env_steps": result.env_steps, "last_eval": result.last_eval,
                       "checkpoint": str(result.checkpoint) if result.checkpoint else None}, indent=1))

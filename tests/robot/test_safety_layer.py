@@ -34,6 +34,8 @@ def test_one_arm_takes_one_layer():
     [0, 0, 0, 0, 0, np.inf, 0],
     [0, 0, 0, 0, 0, 0, -np.inf],
 ])
+@pytest.mark.reliability(fault='NaN / inf actions to the arm (franky-sim)', cases=1,
+                         outcome='refused: the arm stops, nothing sent')
 def test_non_finite_action_stops_the_arm_and_sends_nothing(layer_factory, settled, bad):
     # asynchronous steps: a valid step is still running when the bad action arrives
     with layer_factory({"relative_dynamics_factor": 0.1, "wait_for_motion": False}) as layer:
@@ -48,6 +50,8 @@ def test_non_finite_action_stops_the_arm_and_sends_nothing(layer_factory, settle
         assert layer.pop_clamp_counts()["non_finite"] == 1
 
 
+@pytest.mark.reliability(fault='malformed actions to the arm (franky-sim)', cases=1,
+                         outcome='refused with a clear error, the arm unmoved')
 @pytest.mark.parametrize("bad", [[0.1] * 6, [[0.1] * 7], "forward"])
 def test_malformed_action_is_refused(homed_layer, bad):
     before = homed_layer.observation().tcp_position_m
@@ -56,6 +60,8 @@ def test_malformed_action_is_refused(homed_layer, bad):
     np.testing.assert_allclose(homed_layer.observation().tcp_position_m, before, atol=1e-4)
 
 
+@pytest.mark.reliability(fault="huge actions toward the box's corners (franky-sim)", cases=12,
+                         outcome='the TCP stays in the box, per-step caps held')
 def test_adversarial_actions_never_leave_the_box_or_exceed_the_caps(layer_factory, home_tcp_position_m):
     home = np.asarray(home_tcp_position_m)
     limits = dict(workspace_min_m=tuple(home - 0.02), workspace_max_m=tuple(home + 0.02),
@@ -82,6 +88,8 @@ def test_adversarial_actions_never_leave_the_box_or_exceed_the_caps(layer_factor
         assert counts["workspace"] >= 3 and counts["action_range"] == 12 and counts["rotation_cap"] >= 1
 
 
+@pytest.mark.reliability(fault='the policy stalls (no action follows)', cases=1,
+                         outcome='the watchdog stops the arm within its deadline')
 def test_watchdog_stops_a_motion_no_action_follows(layer_factory, settled):
     timeout_s = 0.15
     with layer_factory({"relative_dynamics_factor": 0.05, "wait_for_motion": False},

@@ -157,6 +157,8 @@ def rotations(draw):
     return rotvec_to_matrix(np.array(axis) / np.linalg.norm(axis) * angle)
 
 
+@pytest.mark.reliability(fault='random robot steps from inside the workspace (hypothesis)', cases=300,
+                         outcome='every commanded pose stays in the box and under the caps')
 @settings(max_examples=300, deadline=None)
 @given(pose=poses_inside(), translation=vectors, R_delta=rotations())
 def test_from_inside_no_step_leaves_the_limits(pose, translation, R_delta):
@@ -169,6 +171,8 @@ def test_from_inside_no_step_leaves_the_limits(pose, translation, R_delta):
     assert orientation_excess_rad(R @ pose[:3, :3], LIMITS) <= 1e-6
 
 
+@pytest.mark.reliability(fault='random robot steps from outside the workspace (hypothesis)', cases=200,
+                         outcome='no axis moves further out')
 @settings(max_examples=200, deadline=None)
 @given(position=vectors.map(lambda v: v * 1e-6), translation=vectors)
 def test_from_outside_no_axis_moves_further_out(position, translation):
@@ -183,6 +187,8 @@ def test_from_outside_no_axis_moves_further_out(position, translation):
     assert np.linalg.norm(t) <= LIMITS.max_translation_per_step_m + EPS
 
 
+@pytest.mark.reliability(fault='actions drifting toward every face of the box (hypothesis)', cases=10,
+                         outcome='the face is reached, never passed')
 @pytest.mark.parametrize("face", range(6))
 @settings(max_examples=10, deadline=None)
 @given(noise=st.lists(st.tuples(*[st.floats(-3, 3)] * 7), min_size=40, max_size=40))

@@ -7,7 +7,9 @@ scalars (reward, flags) cross the pipe.
 
 Workers are started with ``spawn`` (``fork`` hangs SAPIEN). A worker that raises reports
 the error with its env index and traceback and stays alive; a worker that dies is reported
-with its exit code. Either way the parent raises ``WorkerError`` naming the env.
+with its exit code, one that stops answering (a step past ``step_timeout_s``) as hung. Either
+way the parent raises ``WorkerError`` naming the env, unless ``restart_crashed`` lets it replace
+a dead or hung worker and end that env's episode as truncated.
 """
 
 from __future__ import annotations
@@ -126,11 +128,12 @@ class ProcessPoolBackend(BatchedBackend):
         step_timeout_s: how long one step or reset may take before the worker is declared hung.
         threads_per_worker: CPU threads each worker's renderer and torch may use; default
             ``max(1, cpu_count // num_envs)``. None leaves the libraries' defaults.
-        restart_crashed: a worker process that dies while stepping (segfault, OOM kill) is
-            replaced by a fresh one and ``step`` reports the env in ``info["crashed"]`` (the
-            vector env ends its episode as truncated) instead of raising; one that dies while
-            resetting is replaced and the reset retried once. A worker that raises a Python
-            exception is never restarted: its error is raised.
+        restart_crashed: a worker process that dies while stepping (segfault, OOM kill) or
+            hangs (no answer within ``step_timeout_s``; it is killed) is replaced by a fresh one
+            and ``step`` reports the env in ``info["crashed"]`` (the vector env ends its episode
+            as truncated) instead of raising; one that dies or hangs while resetting is replaced
+            and the reset retried once. A worker that raises a Python exception is never
+            restarted: its error is raised.
     """
 
     can_skip_envs = True
@@ -203,9 +206,15 @@ class ProcessPoolBackend(BatchedBackend):
         self.restarts += 1
 
     def _died(self, i: int, error: BaseException) -> bool:
-        """Whether ``error`` is worker ``i``'s death and a restart may replace it."""
-        return (self.restart_crashed and isinstance(error, WorkerError)
-                and not self._procs[i].is_alive() and self._procs[i].exitcode is not None)
+        """Whether ``error`` is worker ``i``'s death or hang and a restart may replace it; a hung
+        worker is killed here."""
+        if not (self.restart_crashed and isinstance(error, WorkerError)):
+            return False
+        proc = self._procs[i]
+        if error.hung and proc.is_alive():
+            proc.kill()  # SIGKILL also ends a stopped process
+            proc.join(5)
+        return not proc.is_alive() and proc.exitcode is not None
 
     # -------------------------------------------------------------- protocol
     def _recv(self, i: int, doing: str, timeout_s: float | None = None) -> Any:
@@ -218,7 +227,7 @@ class ProcessPoolBackend(BatchedBackend):
                     f"env worker {i} (pid {proc.pid}) died while {doing}: "
                     f"{_describe_exit(proc.exitcode)}", env_index=i)
             raise WorkerError(f"env worker {i} (pid {proc.pid}) did not answer within "
-                              f"{timeout_s or self.step_timeout_s:.0f} s while {doing}", env_index=i)
+                              f"{timeout_s or self.step_timeout_s:g} s while {doing}", env_index=i, hung=True)
         try:
             status, payload = conn.recv()
         except (EOFError, ConnectionError):
@@ -270,27 +279,29 @@ class ProcessPoolBackend(BatchedBackend):
         return dead
 
     def _gather_crashes(self, ids: np.ndarray, doing: str, dead: list[int]) -> tuple[list[Any], list[int]]:
-        """Like ``_gather``, but workers that died are restarted and listed instead of raising."""
-        results, first_error, crashed = [], None, []
+        """Like ``_gather``, but workers that died or hung are restarted and listed instead of raising."""
+        results, first_error, crashed = [], None, {}
         for i in map(int, ids):
             if i in dead:
                 results.append(None)
-                crashed.append(i)
+                crashed[i] = WorkerError(f"env worker {i} (pid {self._procs[i].pid}) died before {doing}: "
+                                         f"{_describe_exit(self._procs[i].exitcode)}", env_index=i)
                 continue
             try:
                 results.append(self._recv(i, doing))
             except BaseException as e:  # noqa: BLE001
                 results.append(None)
                 if self._died(i, e):
-                    crashed.append(i)
+                    crashed[i] = e if e.hung else WorkerError(
+                        f"env worker {i} (pid {self._procs[i].pid}) died while {doing}: "
+                        f"{_describe_exit(self._procs[i].exitcode)}", env_index=i)
                 elif first_error is None:
                     first_error = e
         if first_error is not None:
             raise first_error
-        for i in crashed:
-            self._restart(i, WorkerError(f"env worker {i} (pid {self._procs[i].pid}) died while {doing}: "
-                                         f"{_describe_exit(self._procs[i].exitcode)}", env_index=i))
-        return results, crashed
+        for i, error in crashed.items():
+            self._restart(i, error)
+        return results, list(crashed)
 
     def reset(self, env_ids: np.ndarray, state_ids: np.ndarray):
         msgs = [("reset", int(sid)) for sid in state_ids]

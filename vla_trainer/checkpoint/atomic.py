@@ -40,5 +40,27 @@ def write_atomic_dir(out_dir: str | Path, fill: Callable[[Path], None]) -> Path:
 def write_text_atomic(path: str | Path, text: str) -> None:
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{time.time_ns()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def remove_leftovers(folder: str | Path) -> list[Path]:
+    """Tidies what a writer killed mid-write left in ``folder``: a hidden ``.NAME.tmp-*`` (a new
+    version not finished) is deleted; a ``.NAME.old-*`` (the previous version, moved aside just
+    before the new one was renamed in) is deleted when ``NAME`` exists and renamed back to ``NAME``
+    when the kill came between the two renames. Call it only where no other writer is busy.
+    Returns the leftovers handled."""
+    folder = Path(folder)
+    found = sorted(folder.glob(".*.tmp-*")) + sorted(folder.glob(".*.old-*"))
+    for leftover in found:
+        name = leftover.name[1:].rsplit(".", 1)[0]
+        if leftover.name.rsplit(".", 1)[1].startswith("old-") and not (folder / name).exists():
+            leftover.rename(folder / name)
+        elif leftover.is_dir():
+            shutil.rmtree(leftover, ignore_errors=True)
+        else:
+            leftover.unlink(missing_ok=True)
+    return found

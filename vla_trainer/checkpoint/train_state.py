@@ -9,11 +9,15 @@ A checkpoint folder ``checkpoints/iter_000010/`` holds
 
 It is written atomically (``atomic.write_atomic_dir``), and ``latest`` (a one-line file naming
 the newest folder) is replaced atomically afterwards: a crash at any moment leaves the previous
-good checkpoint and pointer untouched.
+good checkpoint and pointer untouched, and the next save clears what the crash left half-written.
+A write that fails (disk full) raises ``CheckpointWriteError`` naming the checkpoint that is still
+whole.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import json
 import shutil
@@ -21,7 +25,7 @@ from pathlib import Path
 
 from ..config import to_dict, to_yaml
 from ..config.schema import TrainConfig
-from .atomic import write_atomic_dir, write_text_atomic
+from .atomic import remove_leftovers, write_atomic_dir, write_text_atomic
 from .layout import KEEP_CHECKPOINTS, checkpoint_name, latest_checkpoint
 from .model_io import save_model
 
@@ -77,28 +81,68 @@ def check_resumable(saved_flat: dict, current_flat: dict, where: Path) -> None:
                          + "\n  ".join(diff) + "\n(only " + ", ".join(RESUMABLE_CHANGES) + " may change)")
 
 
+FULL_BELOW_BYTES = 16 * 2**20
+"""A failed write with less free space than this is reported as a full disk."""
+
+
+class CheckpointWriteError(OSError):
+    """A training checkpoint could not be written (disk full, quota, permissions); the previous
+    one is untouched."""
+
+
 def save_train_checkpoint(run_dir: Path, cfg: TrainConfig, policy, optimizer, state: dict) -> Path:
     """``run_dir/checkpoints/iter_XXXXXX`` (atomic) and the ``latest`` pointer; keeps the newest
-    ``KEEP_CHECKPOINTS``. ``state`` holds at least iteration, env_steps, asset_pack, wall_time_s."""
+    ``KEEP_CHECKPOINTS``. ``state`` holds at least iteration, env_steps, asset_pack, wall_time_s.
+
+    Raises:
+        CheckpointWriteError: the write failed; nothing already on disk was changed.
+    """
     import torch  # here, not at the top: ``vla-eval --help`` imports this package and stays fast
 
     ckpt_root = Path(run_dir) / "checkpoints"
     name = checkpoint_name(state["iteration"])
+    if ckpt_root.is_dir():
+        remove_leftovers(ckpt_root)  # one writer per run: anything half-written is a killed save's
+
+    free_at_failure: list[int] = []
 
     def fill(tmp: Path) -> None:
-        save_model(policy, tmp / "model")
-        torch.save({**state, "optimizer": optimizer.state_dict()}, tmp / "trainer_state.pt")
-        (tmp / "config.yaml").write_text(to_yaml(cfg))
-        flat = fingerprint(to_dict(cfg))
-        meta = {k: state[k] for k in ("iteration", "env_steps", "asset_pack", "wall_time_s")}
-        (tmp / "meta.json").write_text(json.dumps(
-            {**meta, "config_fingerprint": fingerprint_hash(flat), "fingerprint_keys": flat}, indent=1, default=str))
+        try:
+            save_model(policy, tmp / "model")
+            torch.save({**state, "optimizer": optimizer.state_dict()}, tmp / "trainer_state.pt")
+            (tmp / "config.yaml").write_text(to_yaml(cfg))
+            flat = fingerprint(to_dict(cfg))
+            meta = {k: state[k] for k in ("iteration", "env_steps", "asset_pack", "wall_time_s")}
+            (tmp / "meta.json").write_text(json.dumps(
+                {**meta, "config_fingerprint": fingerprint_hash(flat), "fingerprint_keys": flat}, indent=1,
+                default=str))
+        except Exception:
+            # measured before the half-written folder is removed: torch.save reports a full disk
+            # only as a RuntimeError of its C++ stream
+            with contextlib.suppress(OSError):
+                free_at_failure.append(shutil.disk_usage(tmp).free)
+            raise
 
-    path = write_atomic_dir(ckpt_root / name, fill)
-    write_text_atomic(ckpt_root / "latest", name + "\n")
+    try:
+        path = write_atomic_dir(ckpt_root / name, fill)
+        write_text_atomic(ckpt_root / "latest", name + "\n")
+    except Exception as e:
+        raise _write_error(e, ckpt_root / name, latest_checkpoint(run_dir), free_at_failure) from e
     for old in sorted(ckpt_root.glob("iter_*"))[:-KEEP_CHECKPOINTS]:
         shutil.rmtree(old, ignore_errors=True)
     return path
+
+
+def _write_error(e: Exception, path: Path, previous: Path | None, free_at_failure: list[int]) -> CheckpointWriteError:
+    free = free_at_failure[0] if free_at_failure else None
+    full = (isinstance(e, OSError) and e.errno == errno.ENOSPC) or (free is not None and free < FULL_BELOW_BYTES)
+    cause = e.strerror if isinstance(e, OSError) and e.strerror else f"{type(e).__name__}: {e}"
+    reason = (f"No space left on device ({free / 2**20:.1f} MiB free)" if full and free is not None
+              else "No space left on device" if full else cause)
+    kept = f"the last whole checkpoint, {previous}, is untouched" if previous else "no earlier checkpoint exists"
+    return CheckpointWriteError(errno.ENOSPC if full else getattr(e, "errno", None),
+                                f"could not write the checkpoint {path}: {reason}; {kept}. Free space under "
+                                f"{path.parent} (or point --run-dir elsewhere) and resume with runner.resume_dir=auto")
 
 
 def rng_state(update_gen) -> dict:

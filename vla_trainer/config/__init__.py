@@ -2,6 +2,7 @@
 
 from .loading import (
     ConfigError,
+    ConfigWarning,
     check_batch_sizes,
     load_config,
     parse_devices,
@@ -16,6 +17,7 @@ from .schema import TrainConfig
 
 __all__ = [
     "ConfigError",
+    "ConfigWarning",
     "TrainConfig",
     "check_batch_sizes",
     "load_config",

@@ -10,9 +10,11 @@ A recipe is a shipped name (``recipe_names()``) or a path to a YAML file. A reci
 from __future__ import annotations
 
 import re
+import warnings
 from dataclasses import asdict
 from pathlib import Path
 
+import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -34,6 +36,10 @@ LOGGER_BACKENDS = ("tensorboard", "wandb")
 
 class ConfigError(ValueError):
     """A recipe or override is invalid; the message names the key and what is allowed."""
+
+
+class ConfigWarning(UserWarning):
+    """A recipe key is valid but has no effect in this configuration."""
 
 
 def recipe_names() -> list[str]:
@@ -100,13 +106,22 @@ def load_config(recipe: str | Path | None = None, overrides: list[str] | tuple[s
             if "=" not in item or not item.split("=", 1)[0].strip():
                 raise ConfigError(f"{where}: expected key=value, e.g. actor.optim.lr=3e-5")
             key, value = (x.strip() for x in item.split("=", 1))
-            if value.startswith("{"):  # a mapping replaces the old one (key={} empties it), as in Hydra
-                OmegaConf.update(base, key, OmegaConf.select(OmegaConf.from_dotlist([item]), key), merge=False)
-            else:
-                base = OmegaConf.merge(base, OmegaConf.from_dotlist([item]))
+            try:
+                if value.startswith("{"):  # a mapping replaces the old one (key={} empties it), as in Hydra
+                    OmegaConf.update(base, key, OmegaConf.select(OmegaConf.from_dotlist([item]), key), merge=False)
+                else:
+                    base = OmegaConf.merge(base, OmegaConf.from_dotlist([item]))
+            except TypeError:  # OmegaConf: a section set below a plain value (`actor.seed.x=1`)
+                parent = key.rsplit(".", 1)[0]
+                raise ConfigError(f"{where}: {parent} is a single value, not a section with keys; set "
+                                  f"{parent}=VALUE") from None
         cfg: TrainConfig = OmegaConf.to_object(base)
     except OmegaConfBaseException as e:
         raise _explain(e, where) from None
+    except yaml.YAMLError as e:  # an override's value is parsed as YAML: `key=[` or `key="`
+        problem = str(getattr(e, "problem", None) or e).splitlines()[0]
+        raise ConfigError(f"{where}: the value is not valid YAML ({problem}); quote text, e.g. "
+                          f"runner.logger.experiment_name='my run'") from None
     validate(cfg)
     return cfg
 
@@ -196,6 +211,9 @@ def validate(cfg: TrainConfig) -> None:
                "adv_type 'gae' needs the value head: set it to true")
     else:
         _check(alg.loss_type == "actor", "algorithm.loss_type", "adv_type 'grpo' has no critic: use loss_type 'actor'")
+        if cfg.actor.model.add_value_head:
+            warnings.warn("actor.model.add_value_head=true is ignored: GRPO (loss_type 'actor') trains no value "
+                          "head; set it to false", ConfigWarning, stacklevel=2)
         _check(alg.group_size >= 2, "algorithm.group_size", f"GRPO compares trajectories within a group; "
                f"needs >= 2, got {alg.group_size}")
     for key, value in (("algorithm.gamma", alg.gamma), ("algorithm.gae_lambda", alg.gae_lambda)):

@@ -157,16 +157,21 @@ class RolloutConfig:
 @dataclass
 class ModelConfig:
     model_name: str = "openvla_oft"
-    """openvla | openvla_oft."""
+    """openvla | openvla_oft; a checkpoint at model_path must be of this family (checked at load)."""
     preset: Optional[str] = "tiny-openvla-oft"
     """Build a randomly initialised preset when model_path is None."""
     model_path: Optional[str] = None
     """A saved checkpoint folder (vla-train sft output, export_merged output)."""
     unnorm_key: Optional[str] = None
+    """The dataset statistics that un-normalise actions (a checkpoint with several)."""
     is_lora: bool = False
+    """Train LoRA adapters instead of all weights."""
     lora_rank: int = 32
+    """Rank of the LoRA adapters."""
     add_value_head: bool = True
+    """Build the critic's value head (PPO needs it; GRPO trains none and warns when it is set)."""
     precision: str = "fp32"
+    """The dtype the policy trains in: fp32 (a float16 publication is loaded into it)."""
 
 
 @dataclass

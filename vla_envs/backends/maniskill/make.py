@@ -99,7 +99,9 @@ def make_maniskill_vector_env(task: str, instruction: str | None, num_envs: int 
 
         fn = functools.partial(ManiSkillTaskEnv, task, instruction, image_hw, reward_mode, obs_mode,
                                register_module, **env_kwargs)
-        backend = (ProcessPoolBackend if vectorization == "pool" else SerialBackend)([fn] * num_envs)
+        # a crashed or hung simulator worker is replaced and its episode truncated, as for LIBERO
+        backend = (ProcessPoolBackend([fn] * num_envs, restart_crashed=True) if vectorization == "pool"
+                   else SerialBackend([fn] * num_envs))
     return ChunkVectorEnv(backend, **contract_kwargs)
 
 

@@ -3,13 +3,15 @@ mixed-radix ``episode_id`` that indexes them.
 
 An ``episode_id`` of a split decodes, most significant digit first, into
 ``(object, plate, overlay, position pair, yaw)`` with radices
-``(n_objects, n_plates, n_overlays, n_position_pairs, n_yaws)``; digits are offsets into the
-split's ranges. Train: 16 objects x 1 plate x 16 overlays x 784 pairs x 4 yaws = 802,816 ids.
+``(n_objects, n_plates, n_overlays, n_position_pairs, n_yaws)``; digits index the split's
+ranges and tuples. Train: 16 objects x 1 plate x 16 overlays x 784 pairs x 4 yaws = 802,816 ids.
 Pure numpy; shared by the simulator, the tests and the eval tools.
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,23 +40,78 @@ def position_pairs() -> np.ndarray:
     return np.asarray(pairs)
 
 
+def pairs_between(object_cells: Sequence[int], plate_cells: Sequence[int]) -> tuple[int, ...]:
+    """Indices into ``position_pairs()`` of the pairs whose object stands on one of
+    ``object_cells`` and plate on one of ``plate_cells`` (indices into ``grid_xy()``, row-major:
+    cell ``6 * i + j`` is x step ``i``, y step ``j``), in ``position_pairs()`` order.
+
+    Raises:
+        ValueError: a cell outside the grid, or no pair of these cells is far enough apart.
+    """
+    n = GRID_SIDE * GRID_SIDE
+    bad = [c for c in (*object_cells, *plate_cells) if not 0 <= c < n]
+    if bad:
+        raise ValueError(f"grid cells {bad} outside 0..{n - 1}")
+    xy = grid_xy()
+    pairs = position_pairs()
+    wanted = {(tuple(xy[a]), tuple(xy[b])) for a in object_cells for b in plate_cells}
+    found = tuple(k for k, (a, b) in enumerate(pairs) if (tuple(a), tuple(b)) in wanted)
+    if not found:
+        raise ValueError(f"no pair of object cells {list(object_cells)} and plate cells {list(plate_cells)} "
+                         f"is more than {MIN_PAIR_DISTANCE_M} m apart")
+    return found
+
+
 @dataclass(frozen=True)
 class Split:
-    """Which objects, plates and table overlays a split draws from (index ranges)."""
+    """Which objects, plates and table overlays (index ranges), position pairs and yaws
+    (indices into ``position_pairs()`` and ``YAWS_RAD``; ``None``: all) a split draws from.
+
+    ``parity`` (0 or 1) keeps only the combinations whose five digits sum to an even (0) or odd
+    (1) number: a checkerboard over the product, so the two parities of one product share every
+    object, overlay, position and yaw but no initial state (a train / held-out pair).
+    """
 
     name: str
     objects: range
     plates: range
     overlays: range
+    positions: tuple[int, ...] | None = None
+    yaws: tuple[int, ...] | None = None
+    parity: int | None = None
+
+    @property
+    def position_ids(self) -> np.ndarray:
+        return np.arange(len(position_pairs())) if self.positions is None else np.asarray(self.positions)
+
+    @property
+    def yaw_ids(self) -> np.ndarray:
+        return np.arange(len(YAWS_RAD)) if self.yaws is None else np.asarray(self.yaws)
 
     @property
     def radices(self) -> tuple[int, int, int, int, int]:
+        """Of the whole product (before ``parity``)."""
         return (len(self.objects), len(self.plates), len(self.overlays),
-                len(position_pairs()), len(YAWS_RAD))
+                len(self.position_ids), len(self.yaw_ids))
+
+    @functools.cached_property
+    def product_ids(self) -> np.ndarray | None:
+        """With ``parity``: the ids in the whole product of this split's episodes, ascending."""
+        if self.parity is None:
+            return None
+        if self.parity not in (0, 1):
+            raise ValueError(f"split {self.name!r}: parity must be 0, 1 or None, got {self.parity!r}")
+        ids = np.arange(int(np.prod(self.radices)), dtype=np.int64)
+        total = np.zeros_like(ids)
+        for r in self.radices[::-1]:
+            total += ids % r
+            ids //= r
+        return np.flatnonzero(total % 2 == self.parity)
 
     @property
     def num_episodes(self) -> int:
-        return int(np.prod(self.radices))
+        ids = self.product_ids
+        return int(np.prod(self.radices)) if ids is None else len(ids)
 
 
 SPLITS = {
@@ -85,16 +142,18 @@ class Episode:
 
 def decode(episode_ids: np.ndarray, split: Split) -> dict[str, np.ndarray]:
     """Episode ids int ``[B]`` -> dict of int ``[B]`` arrays: object, plate, overlay (global
-    indices into the pack), position_pair, yaw."""
+    indices into the pack), position_pair (into ``position_pairs()``), yaw (into ``YAWS_RAD``)."""
     ids = np.asarray(episode_ids, dtype=np.int64)
     if ids.size and (ids.min() < 0 or ids.max() >= split.num_episodes):
         bad = ids[(ids < 0) | (ids >= split.num_episodes)][:5].tolist()
         raise ValueError(f"episode ids {bad} out of range for split {split.name!r} "
                          f"(0..{split.num_episodes - 1})")
+    if split.product_ids is not None:
+        ids = split.product_ids[ids]
     n_obj, n_plate, n_over, n_pair, n_yaw = split.radices
     return {
-        "yaw": ids % n_yaw,
-        "position_pair": (ids // n_yaw) % n_pair,
+        "yaw": split.yaw_ids[ids % n_yaw],
+        "position_pair": split.position_ids[(ids // n_yaw) % n_pair],
         "overlay": (ids // (n_yaw * n_pair)) % n_over + split.overlays.start,
         "plate": (ids // (n_yaw * n_pair * n_over)) % n_plate + split.plates.start,
         "object": ids // (n_yaw * n_pair * n_over * n_plate) + split.objects.start,
@@ -103,13 +162,24 @@ def decode(episode_ids: np.ndarray, split: Split) -> dict[str, np.ndarray]:
 
 def encode(episode: Episode, split: Split) -> int:
     """The episode id of ``episode`` (global indices) within ``split``."""
-    n_obj, n_plate, n_over, n_pair, n_yaw = split.radices
+    def digit(ids: np.ndarray, value: int, name: str) -> int:
+        hit = np.flatnonzero(ids == value)
+        if not hit.size:
+            raise ValueError(f"{name} {value} outside split {split.name!r}")
+        return int(hit[0])
+
     digits = (episode.object - split.objects.start, episode.plate - split.plates.start,
-              episode.overlay - split.overlays.start, episode.position_pair, episode.yaw)
-    for d, r, name in zip(digits, split.radices, ("object", "plate", "overlay", "position_pair", "yaw")):
+              episode.overlay - split.overlays.start, digit(split.position_ids, episode.position_pair, "position_pair"),
+              digit(split.yaw_ids, episode.yaw, "yaw"))
+    for d, r, name in zip(digits[:3], split.radices, ("object", "plate", "overlay")):
         if not 0 <= d < r:
             raise ValueError(f"{name} {d} outside split {split.name!r}")
     eid = 0
     for d, r in zip(digits, split.radices):
         eid = eid * r + d
-    return int(eid)
+    if split.product_ids is None:
+        return int(eid)
+    k = int(np.searchsorted(split.product_ids, eid))
+    if k == len(split.product_ids) or split.product_ids[k] != eid:
+        raise ValueError(f"{episode} is in the other parity of split {split.name!r}")
+    return k

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vla_envs.tasks.put_on_plate.episodes import Split
+from vla_envs.tasks.put_on_plate.episodes import Split, pairs_between
 
 CATEGORIES = ("vision", "semantic", "execution")
 TRAIN_OBJECTS, TEST_OBJECTS = range(0, 16), range(16, 25)
@@ -48,9 +48,16 @@ class Variant:
     """Deterministic per-episode offset of the arm's initial joints (unseen initial pose)."""
     move_object_at_step: int = 0
     """Teleport the object to another position at this step unless grasped (0: never)."""
+    positions: tuple[int, ...] | None = None
+    """Indices into ``episodes.position_pairs()`` the episodes draw from (``None``: all 784)."""
+    yaws: tuple[int, ...] | None = None
+    """Indices into ``episodes.YAWS_RAD`` the object's yaw is drawn from (``None``: all 4)."""
+    parity: int | None = None
+    """Only the states of this digit-sum parity (``episodes.Split``): a train / held-out pair."""
 
     def split(self) -> Split:
-        return Split(self.env_id, self.objects, self.plates, self.overlays)
+        return Split(self.env_id, self.objects, self.plates, self.overlays, self.positions, self.yaws,
+                     self.parity)
 
 
 def _v(name: str, category: str, **kw) -> Variant:
@@ -79,10 +86,23 @@ VARIANTS: dict[str, Variant] = {v.env_id: v for v in [
 ]}
 
 
+# Curriculum variants: the task made easier by its own parameters (a fixed plate cell, the object
+# on 4 cells 6 cm apart and 9-15 cm from it, one yaw), same scene, robot, camera, reward and
+# success. Training draws the even half of the (object, photo, position) checkerboard, its
+# held-out twin the odd half: every object, photo and position is in both, no initial state is.
+# Not part of the OOD evaluation (``VARIANTS``).
+EASY_POSITIONS = pairs_between(object_cells=(6, 8, 18, 20), plate_cells=(17,))
+CURRICULUM: dict[str, Variant] = {v.env_id: v for v in [
+    _v("Easy", "curriculum", positions=EASY_POSITIONS, yaws=(0,), parity=0),
+    _v("EasyHeldOut", "curriculum", positions=EASY_POSITIONS, yaws=(0,), parity=1),
+]}
+
+
 def get_variant(env_id: str) -> Variant:
-    if env_id not in VARIANTS:
-        raise ValueError(f"unknown PutOnPlate variant {env_id!r}; valid: {sorted(VARIANTS)}")
-    return VARIANTS[env_id]
+    known = VARIANTS | CURRICULUM
+    if env_id not in known:
+        raise ValueError(f"unknown PutOnPlate variant {env_id!r}; valid: {sorted(known)}")
+    return known[env_id]
 
 
 def ood_table(rows: list[dict], header: str) -> tuple[dict, str]:
