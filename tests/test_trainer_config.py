@@ -547,10 +547,19 @@ def test_a_mapping_override_replaces_the_mapping():
     assert cfg.env.train.env_kwargs == {"low_poly": False}
 
 
-def test_fast_render_is_refused_for_evaluation():
-    msg = config_error("cpu_ppo_tiny_put_on_plate", ["env.eval.env_kwargs={fast_render: true}"])
-    assert "env.eval.env_kwargs.fast_render" in msg and "never for evaluation" in msg
-    load_config("cpu_ppo_tiny_put_on_plate", ["env.train.env_kwargs={fast_render: true}"])  # training: fine
+def test_the_registry_names_what_evaluation_refuses():
+    import gymnasium as gym
+
+    import vla_envs  # noqa: F401
+
+    msg = config_error("libero_130_grpo_openvlaoft", ["actor.model.model_path=x", "env.eval.env_kwargs={fast_render: true}"])
+    assert "env.eval.env_kwargs.fast_render changes the rendered pixels" in msg and "never for evaluation" in msg
+    load_config("libero_130_grpo_openvlaoft", ["actor.model.model_path=x", "env.train.env_kwargs={fast_render: true}"])
+    # gym.make itself refuses, before any simulator is built
+    with pytest.raises(ValueError, match="libero_goal: fast_render .* never for evaluation"):
+        gym.make("libero_goal", num_envs=1, evaluation=True, fast_render=True)
+    with pytest.raises(ValueError, match="PutOnPlateInScene25Main-v3: expert_start_phases .* never for evaluation"):
+        gym.make("PutOnPlateInScene25Main-v3", num_envs=1, evaluation=True, expert_start_phases=["lift"])
 
 
 def test_expert_starts_are_for_training_only():

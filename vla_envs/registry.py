@@ -3,7 +3,9 @@
 ``gym.make(id, num_envs=N, **kwargs)`` and ``gym.make_vec(id, num_envs=N, **kwargs)`` both
 return a ``ChunkVectorEnv``. Keyword arguments are the backend's (``sim_backend``,
 ``image_size``, ...) plus the contract's (``auto_reset``, ``ignore_terminations``,
-``chunk_reset``, ``use_fixed_reset_state_ids``, ``group_size``, ...).
+``chunk_reset``, ``use_fixed_reset_state_ids``, ``group_size``, ...). ``evaluation=True`` makes an
+env that measures a policy: a task's training-only options (``TaskSpec.training_only``, e.g.
+PutOnPlate's expert starts, LIBERO's fast rendering) are then refused.
 """
 
 from __future__ import annotations
@@ -39,6 +41,14 @@ class TaskSpec:
     """The pip extra that installs ``requires``."""
     expert: str = ""
     """``"module:Class"`` of a scripted expert driven by the backend's ``expert_state``."""
+    training_only: dict[str, str] = field(default_factory=dict)
+    """Options an evaluation refuses when set (to anything truthy), each with why."""
+
+    def check_evaluation_kwargs(self, kwargs: dict[str, Any], where: str = "") -> None:
+        """Raises ``ValueError`` naming the first training-only option ``kwargs`` sets."""
+        for name, why in self.training_only.items():
+            if kwargs.get(name):
+                raise ValueError(f"{where}{name} {why}: for training only, never for evaluation")
 
     def backend_installed(self) -> bool:
         return all(importlib.util.find_spec(m) is not None for m in self.requires)
@@ -80,7 +90,9 @@ def _put_on_plate_specs() -> dict[str, TaskSpec]:
 
     return {env_id: TaskSpec(env_id, "maniskill", f"put-on-plate/{v.category}", 80, _PUT_ON_PLATE,
                              {"variant": env_id}, ("mani_skill", "sapien"), "maniskill",
-                             expert="vla_envs.tasks.put_on_plate.expert:ScriptedExpert")
+                             expert="vla_envs.tasks.put_on_plate.expert:ScriptedExpert",
+                             training_only={"expert_start_phases": "starts episodes where the scripted expert "
+                                                                   "left them"})
             for env_id, v in (VARIANTS | CURRICULUM).items()}
 
 
@@ -93,7 +105,9 @@ def _libero_specs() -> dict[str, TaskSpec]:
     from vla_envs.backends.libero.suites import GROUPS, max_steps  # data only: LIBERO is imported lazily
 
     return {group: TaskSpec(group, "libero", "libero", max_steps(group), _LIBERO, {"group": group},
-                            ("libero", "robosuite", "mujoco"), "libero") for group in GROUPS}
+                            ("libero", "robosuite", "mujoco"), "libero",
+                            training_only={"fast_render": "changes the rendered pixels (anti-aliasing off)"})
+            for group in GROUPS}
 
 
 TASKS.update(_libero_specs())
@@ -116,8 +130,10 @@ def get_task(env_id: str) -> TaskSpec:
 
 
 def _entry_point(env_id: str) -> Callable[..., Any]:
-    def make(num_envs: int = 1, **kwargs: Any):
+    def make(num_envs: int = 1, evaluation: bool = False, **kwargs: Any):
         spec = get_task(env_id)
+        if evaluation:
+            spec.check_evaluation_kwargs(kwargs, where=f"{env_id}: ")
         if not spec.backend_installed():
             from vla_envs.errors import BackendNotInstalledError
 

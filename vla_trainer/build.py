@@ -73,12 +73,10 @@ def make_env(split: EnvSplitConfig, image_size: int, *, group_size: int = 1, eva
 
     get_task(split.task)  # unknown id: error with close matches, before any work
     kwargs = dict(split.env_kwargs)
-    if evaluation and kwargs.get("expert_start_phases"):
-        raise ValueError("env_kwargs expert_start_phases starts episodes where the scripted expert left them: "
-                         "for training only, never for evaluation (vla-eval --expert-start-phase measures "
-                         "success from one phase, labelled as such)")
-    if expert_start_phase is not None:
-        kwargs["expert_start_phases"] = [expert_start_phase]
+    if evaluation:  # the registry refuses the task's training-only options
+        kwargs["evaluation"] = True
+    if expert_start_phase is not None:  # a diagnostic, labelled as such: not the task's success rate
+        kwargs.update(expert_start_phases=[expert_start_phase], evaluation=False)
     kwargs.update(
         image_size=image_size,
         auto_reset=False if evaluation else split.auto_reset,

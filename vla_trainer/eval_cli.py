@@ -207,10 +207,7 @@ def libero_main(args) -> int:
         model, tokenizer, model_dir = load_model(args.checkpoint)
         policy = VLAPolicy(model, tokenizer)
         check_execute_steps(args.execute_steps, policy.chunk_size)
-        kwargs = {"image_size": policy.config.image_size, **json.loads(args.env_kwargs)}
-        if kwargs.get("fast_render"):
-            raise ValueError("--env-kwargs fast_render changes the rendered pixels: for training only, "
-                             "never for evaluation")
+        kwargs = {"image_size": policy.config.image_size, **json.loads(args.env_kwargs), "evaluation": True}
         rows = []
         for suite in suites:
             tasks = suite_tasks(suite)
