@@ -22,6 +22,8 @@ def run_script(script: str, *args: str, env: dict[str, str] | None = None, cwd: 
 
 @pytest.mark.parametrize("script, setting, message", [
     ("run_train.sh", {"VLA_ALGORITHM": "sac"}, "VLA_ALGORITHM=sac: use grpo or ppo"),
+    ("run_train.sh", {"VLA_TASK": "medium"}, "VLA_TASK=medium: use easy (the curriculum variant, the default) or full"),
+    ("run_train.sh", {"VLA_ALGORITHM": "ppo"}, "the easy task has a GRPO recipe only; use VLA_TASK=full for PPO"),
     ("run_train.sh", {"VLA_RL_MINUTES": "forty"}, "VLA_RL_MINUTES=forty: minutes of RL wall time"),
     ("run_train.sh", {"VLA_RL_MINUTES": "0"}, "VLA_RL_MINUTES=0: minutes of RL wall time, a number above 0"),
     ("run_train.sh", {"VLA_EVAL_EPISODES": "-5"}, "VLA_EVAL_EPISODES=-5: a number of held-out episodes, at least 1"),
