@@ -64,8 +64,8 @@ def test_ctrl_c_stops_a_ray_run_and_leaves_no_process(tmp_path):
     assert (run / "checkpoints" / latest / "model").is_dir()  # the last checkpoint is whole
 
 
-@pytest.mark.reliability(fault="SIGTERM to a training run (a scheduler's preemption): exit 143, no process or "
-                               "shared memory left, last checkpoint whole", cases=1, outcome="survived")
+@pytest.mark.reliability(fault="SIGTERM to a training run (a scheduler's preemption)", cases=1,
+                         outcome="stopped: exit 143, no process or /dev/shm segment left, the last checkpoint whole")
 def test_sigterm_stops_a_local_run_like_ctrl_c_and_leaves_nothing_behind(tmp_path):
     env = {**os.environ, "VLA_ENVS_ASSET_DIR": str(tmp_path / "assets"), "HF_HUB_OFFLINE": "1"}
     run = tmp_path / "run"
