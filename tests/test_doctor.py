@@ -9,7 +9,9 @@ from vla_envs.cli import main
 
 
 def _rows(text: str) -> dict[str, str]:
-    return {line[:60].strip(): line[61:].split()[0] for line in text.splitlines()[1:] if line.strip()}
+    """{check: status} of the report, whose columns are as wide as their longest cell."""
+    width = text.splitlines()[0].index("status")
+    return {line[:width].strip(): line[width:].split()[0] for line in text.splitlines()[1:] if line.strip()}
 
 
 @pytest.mark.maniskill
