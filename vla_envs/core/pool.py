@@ -284,7 +284,7 @@ class ProcessPoolBackend(BatchedBackend):
         for i in map(int, ids):
             if i in dead:
                 results.append(None)
-                crashed[i] = WorkerError(f"env worker {i} (pid {self._procs[i].pid}) died before {doing}: "
+                crashed[i] = WorkerError(f"env worker {i} (pid {self._procs[i].pid}) died while {doing}: "
                                          f"{_describe_exit(self._procs[i].exitcode)}", env_index=i)
                 continue
             try:
