@@ -223,17 +223,14 @@ class ProcessPoolBackend(BatchedBackend):
         if conn not in ready:
             if proc.sentinel in ready or not proc.is_alive():
                 proc.join(1)
-                raise WorkerError(
-                    f"env worker {i} (pid {proc.pid}) died while {doing}: "
-                    f"{_describe_exit(proc.exitcode)}", env_index=i)
+                raise self._death(i, doing)
             raise WorkerError(f"env worker {i} (pid {proc.pid}) did not answer within "
                               f"{timeout_s or self.step_timeout_s:g} s while {doing}", env_index=i, hung=True)
         try:
             status, payload = conn.recv()
         except (EOFError, ConnectionError):
             proc.join(1)
-            raise WorkerError(f"env worker {i} (pid {proc.pid}) died while {doing}: "
-                              f"{_describe_exit(proc.exitcode)}", env_index=i) from None
+            raise self._death(i, doing) from None
         if status == "error":
             original, summary, tb = payload
             if original is not None:
@@ -278,23 +275,26 @@ class ProcessPoolBackend(BatchedBackend):
                 dead.append(int(i))
         return dead
 
+    def _death(self, i: int, doing: str) -> WorkerError:
+        """The error that names worker ``i``'s death while ``doing``, with how it exited."""
+        proc = self._procs[i]
+        return WorkerError(f"env worker {i} (pid {proc.pid}) died while {doing}: {_describe_exit(proc.exitcode)}",
+                           env_index=i)
+
     def _gather_crashes(self, ids: np.ndarray, doing: str, dead: list[int]) -> tuple[list[Any], list[int]]:
         """Like ``_gather``, but workers that died or hung are restarted and listed instead of raising."""
         results, first_error, crashed = [], None, {}
         for i in map(int, ids):
             if i in dead:
                 results.append(None)
-                crashed[i] = WorkerError(f"env worker {i} (pid {self._procs[i].pid}) died while {doing}: "
-                                         f"{_describe_exit(self._procs[i].exitcode)}", env_index=i)
+                crashed[i] = self._death(i, doing)
                 continue
             try:
                 results.append(self._recv(i, doing))
             except BaseException as e:  # noqa: BLE001
                 results.append(None)
                 if self._died(i, e):
-                    crashed[i] = e if e.hung else WorkerError(
-                        f"env worker {i} (pid {self._procs[i].pid}) died while {doing}: "
-                        f"{_describe_exit(self._procs[i].exitcode)}", env_index=i)
+                    crashed[i] = e if e.hung else self._death(i, doing)
                 elif first_error is None:
                     first_error = e
         if first_error is not None:
