@@ -232,8 +232,11 @@ class PutOnPlateInScene25Env(BaseEnv):
             robot = self.agent.robot
             robot.set_joint_drive_targets(qpos, joints=robot.get_active_joints())
             robot.set_pose(PANDA_BASE)
-        self._settle(0.5)
+        # parked models sleep before the settle: falling onto the shelf, each would land a little
+        # differently after each episode's history, and their shadows moved pixels of the same
+        # seed's view (a used env rendered the same reset unlike a new one)
         self._sleep_parked()
+        self._settle(0.5)
         self._record_bboxes(idx)
         self.grasp_streak[idx] = 0
         self.ever_grasped[idx] = False
