@@ -1,7 +1,8 @@
 """The Ray runtime on the real CPU ManiSkill PutOnPlate task (tiny preset), one Ray session for
 the module: pipelined and split rollouts equal the one-process rollout; two training iterations
 in every placement give the same weights as one process; a dead worker stops the run with its
-error and leaves no process behind."""
+error and leaves no process behind, or, under ``cluster.max_restarts``, is restarted and the
+interrupted rollout runs again to the same data."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import os
 import shutil
 import signal
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -188,3 +190,58 @@ def test_dead_env_worker_stops_the_run_with_its_error_and_keeps_the_checkpoint(t
     from vla_trainer.models import load_pretrained
 
     load_pretrained(ckpt / "model")  # the last checkpoint is intact
+
+
+def _assert_same_rollout(got, expected):
+    assert torch.equal(got.action_token_ids, expected.action_token_ids)
+    np.testing.assert_array_equal(got.image, expected.image)
+    for name in ("rewards", "terminated", "truncated", "valid"):
+        assert torch.equal(getattr(got, name), getattr(expected, name)), name
+    torch.testing.assert_close(got.log_probs, expected.log_probs, atol=1e-5, rtol=0)
+
+
+@pytest.mark.reliability(fault='a Ray env or rollout worker dies (SIGKILL), mid-rollout or between', cases=3,
+                         outcome='survived: restarted with the current weights, the rollout run again to the '
+                                 'same data; past cluster.max_restarts the run stops naming it')
+def test_dead_workers_are_restarted_and_the_interrupted_rollout_runs_again_unchanged():
+    from vla_trainer.advantages import compute_targets
+
+    cfg = load_config("cpu_ppo_tiny_put_on_plate", BASE + RAY + LAYOUTS["disaggregated"] + ["cluster.max_restarts=2"])
+    rt = RayRuntime(cfg)
+    seen = []
+    try:
+        # one update first, so a restarted rollout worker (built from the initial model) must be sent
+        # the trained weights for its actions and log-probs to match
+        r0 = rt.rollout(7)
+        rt.update(r0, compute_targets(r0, cfg.algorithm, cfg.algorithm.group_size), 0)
+        rt.sync_weights()
+        expected = rt.rollout(8)
+        env_pid, rollout_pid = rt.worker_pids[:2]
+        seen += rt.pids()
+
+        # the env worker dies mid-rollout: stopped first, so the rollout is surely in flight when it dies
+        os.kill(env_pid, signal.SIGSTOP)
+        out = {}
+        runner = threading.Thread(target=lambda: out.setdefault("rollout", rt.rollout(8)))
+        with pytest.warns(RuntimeWarning, match=r"rollout: env worker 0 \(pid \d+ -> \d+\) died and was restarted"):
+            runner.start()
+            time.sleep(1.0)
+            os.kill(env_pid, signal.SIGKILL)
+            runner.join(timeout=300)
+        _assert_same_rollout(out["rollout"], expected)
+
+        # the rollout worker dies between iterations
+        os.kill(rollout_pid, signal.SIGKILL)
+        with pytest.warns(RuntimeWarning, match=r"rollout worker 0 .* restarted \(2 of cluster.max_restarts=2\)"):
+            _assert_same_rollout(rt.rollout(8), expected)
+        assert rt.workers_replaced == 2
+        seen += rt.pids()
+        assert env_pid not in rt.worker_pids and rollout_pid not in rt.worker_pids
+
+        # a third death is past the budget: the run stops, naming it
+        os.kill(rt.worker_pids[0], signal.SIGKILL)
+        with pytest.raises(WorkerFailed, match=r"env worker 0 .*cluster.max_restarts=2 restarts allowed, 3 needed"):
+            rt.rollout(8)
+    finally:
+        rt.close()
+    assert _wait_gone(set(seen)) == []

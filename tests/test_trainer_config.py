@@ -521,6 +521,12 @@ def test_bad_device_spec_rejected_by_load_config():
     assert "cluster.component_placement.rollout" in msg
 
 
+def test_max_restarts_is_a_count():
+    assert load_config(None, ["cluster.max_restarts=3"]).cluster.max_restarts == 3
+    msg = config_error(None, ["cluster.max_restarts=-1"])
+    assert "cluster.max_restarts" in msg and "must be >= 0" in msg
+
+
 # ---------------------------------------------------------------- YAML round trip
 
 

@@ -297,6 +297,7 @@ def validate(cfg: TrainConfig) -> None:
     _check(c.num_nodes >= 1, "cluster.num_nodes", f"must be >= 1, got {c.num_nodes}")
     _check(c.num_devices is None or c.num_devices >= 1, "cluster.num_devices",
            f"must be >= 1 or null (auto), got {c.num_devices}")
+    _check(c.max_restarts >= 0, "cluster.max_restarts", f"must be >= 0, got {c.max_restarts}")
     mode = placement_mode(cfg)
     _check(c.runtime == "ray" or mode == "colocated", "cluster.runtime",
            f"'local' runs every component in one process, which is the colocated layout; the "

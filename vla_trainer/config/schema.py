@@ -39,6 +39,12 @@ class ClusterConfig:
     ray_address: Optional[str] = None
     """An existing Ray cluster (``auto`` or ``host:port``); None: ``RAY_ADDRESS`` if set, else a
     single-node Ray started here and shut down at the end."""
+    max_restarts: int = 0
+    """Env and rollout workers that may die during the run (in total) and be restarted by Ray: the
+    restarted worker gets the current weights and the interrupted rollout or evaluation runs again
+    from its seeded resets, so the data equal a run without the death. 0: the first death stops
+    the run, naming the worker. Actor workers (the model and optimizer) are never restarted: the
+    run stops and ``runner.resume_dir=auto`` continues from the last checkpoint."""
 
 
 @dataclass

@@ -21,12 +21,19 @@ actions move from rollout worker to env worker through the object store, not the
 With one stage the two alternate (the disaggregated "bubble"). The data and random draws are
 the same for any k: stages are slices of one batch (see ``ChunkVectorEnv(first_env_index=)``
 and ``EnvGenerators``), so k changes only the timing.
+
+Faults: an env or rollout worker that dies is restarted by Ray (fresh simulators, the initial
+policy) while ``cluster.max_restarts`` allows; it gets the current weights and the interrupted
+rollout (or evaluation) runs again from the start. Every random draw of a rollout is keyed by
+(seed, iteration, env), so the repeated rollout is the one the death interrupted and the run
+stays equal to one without it. An actor worker's death, or any worker's Python error, stops the run.
 """
 
 from __future__ import annotations
 
 import os
 import time
+import warnings
 from collections import defaultdict
 from pathlib import Path
 
@@ -37,7 +44,7 @@ from vla_trainer.config import ConfigError
 from vla_trainer.config.schema import TrainConfig
 from vla_trainer.rollout import Rollout
 
-from .errors import WorkerFailed
+from .errors import WorkerDied, WorkerFailed
 from .placement import Placement, WorkerSpec, resolve_placement, usable_cores, visible_gpus
 from .workers import THREAD_VARS, ActorWorker, EnvWorker, RolloutWorker
 
@@ -61,6 +68,8 @@ class RayRuntime:
         self.owns_ray = False
         self.actors: list = []
         self.pgs: list = []
+        self.workers_replaced = 0
+        """Env and rollout workers Ray restarted during the run (at most ``cluster.max_restarts``)."""
         try:
             self._start_ray(ray)
             self._create_workers(ray, resume_from, state)
@@ -110,7 +119,7 @@ class RayRuntime:
             index.update({(node, d): (pg, j) for j, d in enumerate(devices)})
         return index
 
-    def _remote(self, ray, cls, spec: WorkerSpec, bundle: tuple, *args):
+    def _remote(self, ray, cls, spec: WorkerSpec, bundle: tuple, *args, restarts: int = 0):
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         env_vars = {v: "1" for v in THREAD_VARS} if spec.kind == "cpu" else {}
@@ -120,7 +129,8 @@ class RayRuntime:
         actor = ray.remote(cls).options(
             num_cpus=_fraction(spec.share), num_gpus=_fraction(spec.share) if spec.kind == "cuda" else 0,
             scheduling_strategy=PlacementGroupSchedulingStrategy(bundle[0], placement_group_bundle_index=bundle[1]),
-            runtime_env={"env_vars": env_vars}, name=None, max_restarts=0, max_concurrency=1,
+            runtime_env={"env_vars": env_vars}, name=None, max_restarts=restarts, max_task_retries=0,
+            max_concurrency=1,
         ).remote(*args)
         self.actors.append(actor)
         return actor
@@ -142,17 +152,19 @@ class RayRuntime:
         self.chunk_size, self.image_size = info["chunk_size"], info["image_size"]
         R = len(p.workers["rollout"])
         E = len(p.workers["env"])
+        restarts = cfg.cluster.max_restarts
         self.rollout_workers = [
             self._remote(ray, RolloutWorker, w, at(w), cfg, w, list(range(r, E, R)), p.envs_per_worker,
-                         p.envs_per_stage) for r, w in enumerate(p.workers["rollout"])]
+                         p.envs_per_stage, restarts=restarts) for r, w in enumerate(p.workers["rollout"])]
         self.env_workers = [self._remote(ray, EnvWorker, w, at(w), cfg, w, p.envs_per_worker, p.envs_per_stage,
-                                         self.image_size) for w in p.workers["env"]]
+                                         self.image_size, restarts=restarts) for w in p.workers["env"]]
         if n_actor > 1:
             address = self._get(self.actor_workers[0].free_address.remote(), "actor worker 0")
             self._get([a.init_group.remote(address) for a in self.actor_workers], "actor workers")
         env_info = self._get([w.info.remote() for w in self.env_workers + self.rollout_workers + self.actor_workers],
                              "the workers", STARTUP_TIMEOUT_S)[0]
         self.asset_pack = env_info["asset_pack"]
+        self.worker_pids = self.pids()
         self.num_envs = cfg.env.train.total_num_envs
         self.stages = cfg.rollout.pipeline_stage_num
         self.sync_weights()
@@ -180,11 +192,63 @@ class RayRuntime:
         except ray.exceptions.RayTaskError as e:
             if isinstance(e.cause, (NonFiniteLossError, ConfigError)):
                 raise e.cause from None  # the same error the one-process runtime raises
+            if isinstance(e.cause, ray.exceptions.RayActorError):  # a task whose input a dead worker owed
+                raise WorkerDied(f"{what} failed: a worker died: {e.cause}") from e
             raise WorkerFailed(f"{what} failed: {e}") from e
         except ray.exceptions.RayActorError as e:
-            raise WorkerFailed(f"{what} failed: a worker died: {e}") from e
+            raise WorkerDied(f"{what} failed: a worker died: {e}") from e
+
+    def _surviving(self, what: str, run):
+        """``run()``; when an env or rollout worker died in it and ``cluster.max_restarts`` allows,
+        waits for Ray to restart it, hands it the current weights and runs ``run()`` again."""
+        while True:
+            try:
+                return run()
+            except WorkerDied as e:
+                replaced = self._restarted_workers(e)
+                self.workers_replaced += len(replaced)
+                if self.workers_replaced > self.cfg.cluster.max_restarts:
+                    raise WorkerFailed(f"{e} ({', '.join(replaced)}; cluster.max_restarts="
+                                       f"{self.cfg.cluster.max_restarts} restarts allowed, "
+                                       f"{self.workers_replaced} needed)") from e
+                warnings.warn(f"{what}: {', '.join(replaced)} died and was restarted ({self.workers_replaced} of "
+                              f"cluster.max_restarts={self.cfg.cluster.max_restarts}); running the {what} again",
+                              RuntimeWarning, stacklevel=2)
+                self._sync_weights()
+
+    def _restarted_workers(self, error: WorkerDied) -> list[str]:
+        """Names of the env and rollout workers whose process changed since the last look, once
+        every one answers again. Raises ``error`` when none did (an actor worker died, or Ray
+        gave up on the worker: it has no restarts left)."""
+        import ray
+
+        names = [f"env worker {i}" for i in range(len(self.env_workers))] + [
+            f"rollout worker {i}" for i in range(len(self.rollout_workers))]
+        workers = self.env_workers + self.rollout_workers
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        pids = []
+        for w in workers:
+            while True:
+                try:
+                    pids.append(ray.get(w.info.remote(), timeout=STARTUP_TIMEOUT_S)["pid"])
+                    break
+                except ray.exceptions.ActorUnavailableError:  # restarting: Ray refuses calls until it is up
+                    if time.monotonic() > deadline:
+                        raise error from None
+                    time.sleep(0.5)
+                except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+                    raise error from None
+        old = self.worker_pids[:len(workers)]
+        replaced = [f"{n} (pid {a} -> {b})" for n, a, b in zip(names, old, pids) if a != b]
+        if not replaced:
+            raise error
+        self.worker_pids = pids + self.worker_pids[len(workers):]
+        return replaced
 
     def rollout(self, key: int) -> Rollout:
+        return self._surviving("rollout", lambda: self._rollout(key))
+
+    def _rollout(self, key: int) -> Rollout:
         cfg = self.cfg
         E, R, k = len(self.env_workers), len(self.rollout_workers), self.stages
         T = cfg.rollout.steps_per_rollout // self.chunk_size
@@ -277,6 +341,9 @@ class RayRuntime:
         return merge_rank_metrics(self._get(refs, "actor update"))
 
     def sync_weights(self) -> float:
+        return self._surviving("weight sync", self._sync_weights)
+
+    def _sync_weights(self) -> float:
         t0 = time.perf_counter()
         weights = self.actor_workers[0].get_weights.remote()
         refs = []
@@ -290,7 +357,8 @@ class RayRuntime:
         return time.perf_counter() - t0
 
     def evaluate(self) -> dict:
-        return self._get(self.rollout_workers[0].evaluate.remote(), "evaluation (rollout worker 0)")
+        return self._surviving("evaluation", lambda: self._get(self.rollout_workers[0].evaluate.remote(),
+                                                               "evaluation (rollout worker 0)"))
 
     def save(self, run_dir: Path, state: dict) -> Path:
         return Path(self._get(self.actor_workers[0].save.remote(str(run_dir), state), "checkpoint (actor worker 0)"))
