@@ -165,3 +165,64 @@ def test_killed_mid_save_the_last_whole_checkpoint_is_always_found(saver, tmp_pa
     assert proc.returncode == 0, proc.stderr[-2000:]
     names = sorted(p.name for p in (run / "checkpoints").iterdir())
     assert names == [f"iter_{start - 1:06d}", f"iter_{start:06d}", "latest"], names
+
+
+# --------------------------------------------------------------------- corrupt checkpoints
+def _cut(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def _scribble(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[:64] = np.random.default_rng(0).integers(0, 256, 64, dtype=np.uint8).tobytes()
+    path.write_bytes(bytes(data))
+
+
+CORRUPTIONS = {  # what a preempted copy, a full quota or a stray write leaves behind
+    "weights cut short": ("model/model.safetensors", _cut),
+    "weights header overwritten": ("model/model.safetensors", _scribble),
+    "weights empty": ("model/model.safetensors", lambda p: p.write_bytes(b"")),
+    "model config cut short": ("model/config.json", _cut),
+    "model config a JSON list": ("model/config.json", lambda p: p.write_text("[]")),
+    "trainer state cut short": ("trainer_state.pt", _cut),
+    "trainer state overwritten": ("trainer_state.pt", _scribble),
+    "meta cut short": ("meta.json", _cut),
+}
+
+
+@pytest.fixture(scope="module")
+def two_checkpoints(saver, tmp_path_factory):
+    run = tmp_path_factory.mktemp("two") / "run"
+    saver[1](run, start=1, count=2)
+    return run
+
+
+@pytest.mark.reliability(fault='a corrupt or truncated checkpoint file (weights, configs, trainer state)',
+                         cases=1,
+                         outcome='refused: an error naming the file (and the run\'s other checkpoint); '
+                                 'nothing on disk changed')
+@pytest.mark.parametrize("damage", list(CORRUPTIONS))
+def test_a_corrupt_checkpoint_is_refused_naming_the_file(damage, two_checkpoints, tmp_path):
+    import shutil
+
+    from vla_trainer.checkpoint import load_model, read_train_state
+    from vla_trainer.models import CorruptCheckpointError
+
+    run = tmp_path / "run"
+    shutil.copytree(two_checkpoints, run)
+    latest = latest_checkpoint(run)
+    assert latest.name == "iter_000002"
+    name, corrupt = CORRUPTIONS[damage]
+    corrupt(latest / name)
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    cfg = load_config("cpu_grpo_tiny_put_on_plate")
+    with pytest.raises(CorruptCheckpointError, match=Path(name).name) as info:
+        if name.startswith("model/"):
+            load_model(run)  # what vla-eval, vla-serve and franka-eval load; a resume loads the same
+        else:
+            read_train_state(latest, cfg)
+    if not name.startswith("model/"):
+        assert "runner.resume_dir=" in str(info.value) and "iter_000001" in str(info.value)
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
+    # the run's other checkpoint is whole and resumes
+    assert read_train_state(run / "checkpoints" / "iter_000001", cfg)["iteration"] == 1

@@ -24,13 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 from tqdm import tqdm
 
 from .advantages import compute_targets, concat_targets
 from .algorithms import explained_variance
 from .build import rollout_key
-from .checkpoint import check_resumable, fingerprint, resolve_resume, write_text_atomic
+from .checkpoint import read_train_state, resolve_resume, write_text_atomic
 from .config import check_batch_sizes, to_dict, to_yaml
 from .config.schema import TrainConfig
 from .metrics_log import MetricLogger, read_metrics, success_curve
@@ -70,9 +69,7 @@ def train(cfg: TrainConfig, run_dir: str | Path | None = None) -> TrainResult:
     resume_from = resolve_resume(cfg.runner.resume_dir, run_dir) if cfg.runner.resume_dir else None
     state: dict = {"iteration": 0, "env_steps": 0, "wall_time_s": 0.0}
     if resume_from is not None:
-        saved = json.loads((resume_from / "meta.json").read_text())["fingerprint_keys"]
-        check_resumable(saved, fingerprint(to_dict(cfg)), resume_from)
-        state = torch.load(resume_from / "trainer_state.pt", weights_only=False)
+        state = read_train_state(resume_from, cfg)
 
     runtime = make_runtime(cfg, resume_from, state if resume_from else None)
     for key in ("optimizer", "update_gen", "torch_rng", "rollout_gen"):

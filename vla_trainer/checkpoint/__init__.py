@@ -14,6 +14,7 @@ from .train_state import (
     check_resumable,
     fingerprint,
     fingerprint_hash,
+    read_train_state,
     resolve_resume,
     restore_rng,
     rng_state,

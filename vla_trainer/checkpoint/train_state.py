@@ -71,6 +71,44 @@ def resolve_resume(resume_dir: str, run_dir: Path) -> Path:
     return path
 
 
+def read_train_state(checkpoint: Path, cfg: TrainConfig) -> dict:
+    """The training state saved in ``checkpoint`` (optimizer, RNG states, counters), after
+    checking that its config is ``cfg`` up to ``RESUMABLE_CHANGES``.
+
+    Raises:
+        CorruptCheckpointError: meta.json or trainer_state.pt cannot be read; names the file and
+            the run's other checkpoints to resume from instead.
+        ValueError: the checkpoint was written by another config (``check_resumable``).
+    """
+    import torch
+
+    from ..models.checkpoint import read_json_object
+    from ..models.errors import CorruptCheckpointError
+
+    others = [p.name for p in sorted(checkpoint.parent.glob("iter_*")) if p != checkpoint]
+    instead = (f"; resume from another of the run's checkpoints (runner.resume_dir={checkpoint.parent / others[-1]})"
+               if others else "")
+    try:
+        meta = read_json_object(checkpoint / "meta.json")
+    except CorruptCheckpointError as e:
+        raise CorruptCheckpointError(f"{e}{instead}") from None
+    if not isinstance(meta.get("fingerprint_keys"), dict):
+        raise CorruptCheckpointError(f"{checkpoint / 'meta.json'} has no 'fingerprint_keys' object (the config it "
+                                     f"was written with){instead}")
+    check_resumable(meta["fingerprint_keys"], fingerprint(to_dict(cfg)), checkpoint)
+    path = checkpoint / "trainer_state.pt"
+    try:
+        # weights_only: tensors and plain values only, so a checkpoint from elsewhere cannot run code
+        state = torch.load(path, weights_only=True)
+    except Exception as e:  # noqa: BLE001  (torch raises RuntimeError, EOFError, UnpicklingError, ...)
+        raise CorruptCheckpointError(f"{path} cannot be read ({type(e).__name__}: {str(e).splitlines()[0]}); the "
+                                     f"file is damaged or was cut short{instead}") from None
+    missing = [k for k in ("iteration", "env_steps", "wall_time_s", "optimizer") if k not in state]
+    if missing:
+        raise CorruptCheckpointError(f"{path} lacks {missing}: not a training state this trainer wrote{instead}")
+    return state
+
+
 def check_resumable(saved_flat: dict, current_flat: dict, where: Path) -> None:
     """Raises ValueError listing the keys whose values differ from the checkpoint's config."""
     keys = sorted(set(saved_flat) | set(current_flat))

@@ -14,6 +14,7 @@ from .config import OpenVLAConfig, OpenVLAOFTConfig
 from .errors import (
     AdapterMismatchError,
     ConfigMismatchError,
+    CorruptCheckpointError,
     InvalidInputError,
     UnknownUnnormKeyError,
     VLAModelError,
@@ -34,6 +35,7 @@ __all__ = [
     "ActionTokenizer",
     "AdapterMismatchError",
     "ConfigMismatchError",
+    "CorruptCheckpointError",
     "InvalidInputError",
     "OpenVLAConfig",
     "OpenVLAForActionPrediction",

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from .config import OpenVLAConfig, OpenVLAOFTConfig
-from .errors import ConfigMismatchError
+from .errors import ConfigMismatchError, CorruptCheckpointError
 from .oft import OpenVLAOFTForActionPrediction
 from .openvla import OpenVLAForActionPrediction
 
@@ -36,13 +36,46 @@ def load_pretrained(directory: str | os.PathLike, **kwargs):
 
     Raises:
         ConfigMismatchError: the directory's config.json is not one of our model types.
+        CorruptCheckpointError: config.json is not a JSON object, or the weights file is
+            truncated or damaged.
     """
     directory = Path(directory)
-    model_type = json.loads((directory / "config.json").read_text()).get("model_type")
+    config = read_json_object(directory / "config.json")
+    model_type = config.get("model_type")
     if model_type not in MODEL_CLASSES:
         raise ConfigMismatchError(
             f"{directory}/config.json field 'model_type' is {model_type!r}; expected one of "
             f"{sorted(MODEL_CLASSES)} (official OpenVLA checkpoints load with load_official_openvla)"
         )
+    check_safetensors(directory)
     model = MODEL_CLASSES[model_type].from_pretrained(str(directory), **kwargs).eval()
     return model, load_tokenizer(directory)
+
+
+def read_json_object(path: Path) -> dict:
+    """The JSON object in ``path``, or CorruptCheckpointError naming the file and the fault."""
+    try:
+        data = json.loads(path.read_bytes())
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CorruptCheckpointError(f"{path} is not valid JSON ({e}); the file is damaged or was cut short, "
+                                     "use another checkpoint or save this one again") from None
+    if not isinstance(data, dict):
+        raise CorruptCheckpointError(f"{path} holds a JSON {type(data).__name__}, not the object of fields a "
+                                     "checkpoint's config is")
+    return data
+
+
+def check_safetensors(directory: Path) -> None:
+    """Opens every ``*.safetensors`` of ``directory`` and reads each tensor's header and extent: a
+    truncated or overwritten file raises CorruptCheckpointError naming it (transformers would
+    report it as a generic load failure, or not at all for a zero-filled tail)."""
+    from safetensors import safe_open
+
+    for path in sorted(directory.glob("*.safetensors")):
+        try:
+            with safe_open(str(path), framework="pt") as f:
+                for key in f.keys():
+                    f.get_slice(key)
+        except Exception as e:  # noqa: BLE001  (safetensors raises its own SafetensorError or OSError)
+            raise CorruptCheckpointError(f"{path} cannot be read ({type(e).__name__}: {e}); the file is damaged or "
+                                         "was cut short, use another checkpoint or save this one again") from None

@@ -21,3 +21,8 @@ class ConfigMismatchError(VLAModelError, ValueError):
 
 class AdapterMismatchError(VLAModelError, ValueError):
     """A LoRA adapter was trained on another base model than the one it is applied to."""
+
+
+class CorruptCheckpointError(VLAModelError, ValueError):
+    """A checkpoint file cannot be read (truncated, overwritten, not what its name says); names
+    the file and what is wrong with it. Nothing on disk is changed by the failed read."""
