@@ -343,3 +343,44 @@ def test_a_task_without_privileged_state_says_so(pool):
         assert env.chunk_step(np.zeros((2, 2, 7), np.float32)).valid.all()
     finally:
         env.close()
+
+
+# --------------------------------------------------------------------- fuzzed actions
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from hypothesis.extra import numpy as hnp  # noqa: E402
+
+_ACTIONS = hnp.arrays(
+    st.sampled_from([np.float32, np.float64, np.float16, np.int32, np.uint8, np.bool_, np.complex64]),
+    hnp.array_shapes(min_dims=0, max_dims=4, max_side=9),
+)
+
+
+@st.composite
+def _bad_or_good_actions(draw):
+    a = draw(_ACTIONS)
+    if a.dtype.kind == "f" and a.size and draw(st.booleans()):  # NaN, inf and huge values in a real array
+        flat = a.reshape(-1)
+        flat[draw(st.integers(0, a.size - 1))] = draw(st.sampled_from([np.nan, np.inf, -np.inf, 1e30, -1e30]))
+    return a
+
+
+@pytest.mark.reliability(fault="malformed actions into an env (hypothesis: shapes, dtypes, chunk sizes, NaN, "
+                               "inf, huge values)", cases=300,
+                         outcome="refused with an error naming the problem, or clipped; the env keeps stepping")
+@settings(max_examples=300, deadline=None)
+@given(actions=_bad_or_good_actions(), chunked=st.booleans())
+def test_any_action_array_is_refused_or_clipped_and_the_env_goes_on(actions, chunked):
+    env = make(n=2, max_steps=1000)
+    env.reset(seed=0)
+    step = env.chunk_step if chunked else env.step
+    try:
+        step(actions)
+    except (TypeError, ValueError) as e:
+        assert "actions" in str(e), str(e)
+    else:  # only a well-formed array is executed: right shape, real, finite
+        want_ndim = 3 if chunked else 2
+        assert actions.ndim == want_ndim and actions.shape[0] == 2 and actions.shape[-1] == A
+        assert actions.dtype.kind in "fiu" and np.isfinite(actions).all()
+    env.chunk_step(np.zeros((2, 2, A), np.float32))  # still usable
+    env.close()

@@ -117,3 +117,37 @@ def test_bad_sampling_arguments_and_tokens(policy):
         policy.evaluate(inputs, torch.zeros(1, 1, 7, dtype=torch.long))
     with pytest.raises(InvalidInputError, match=r"action token ids must lie in \[259, 515\)"):
         policy.evaluate(inputs, torch.full((1, 8, 7), 3, dtype=torch.long))
+
+
+# ------------------------------------------------------------------ fuzzed observations
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from hypothesis.extra import numpy as hnp  # noqa: E402
+
+_IMAGES = st.one_of(
+    hnp.arrays(st.sampled_from([np.uint8, np.float32, np.int64, np.bool_, np.float16]),
+               hnp.array_shapes(min_dims=0, max_dims=5, max_side=70)),
+    st.none(), st.integers(), st.text(max_size=5), st.lists(st.integers(0, 255), max_size=4))
+_INSTRUCTIONS = st.one_of(
+    st.lists(st.text(max_size=300), min_size=0, max_size=3).map(tuple),  # empty, blank, over-long, any unicode
+    st.text(max_size=20), st.none(), st.integers(), st.lists(st.integers(), max_size=2))
+
+
+@pytest.mark.reliability(fault="malformed observations into the policy (hypothesis: image shape/dtype, "
+                               "instructions empty, over-long or not text)", cases=150,
+                         outcome="refused: InvalidInputError naming the key and the expected form")
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(image=_IMAGES, instruction=_INSTRUCTIONS, state=st.one_of(st.none(), hnp.arrays(np.float32, st.integers(0, 20))))
+def test_any_malformed_observation_is_refused_or_acted_on(policy, image, instruction, state):
+    """Whatever arrives, the policy acts on a well-formed observation or raises InvalidInputError
+    naming the offending key; no other exception escapes."""
+    obs = {"image": image, "instruction": instruction}
+    if state is not None:
+        obs["state"] = state
+    try:
+        sample = policy.act(obs, temperature=1.0)
+    except InvalidInputError as e:
+        assert any(k in str(e) for k in ("image", "instruction", "state")), str(e)
+        return
+    n = len(instruction)
+    assert sample.actions.shape == (n, policy.chunk_size, 7) and torch.isfinite(sample.actions).all()

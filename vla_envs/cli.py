@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from vla_envs.arguments import json_object, positive_int
 from vla_envs.core.backend import env_rows
 from vla_envs.errors import VlaEnvError
 
@@ -68,15 +69,13 @@ def run_episodes(args: argparse.Namespace, recorder_folder: Path | None = None) 
     from vla_envs.wrappers import RecordVideo
 
     spec = get_task(args.env_id)  # unknown id: error with close matches before anything starts
-    if args.steps < 1 or args.chunk < 1 or args.num_envs < 1:
-        raise ValueError("--steps, --chunk and --num-envs must be >= 1")
     if args.policy == "expert" and not spec.expert:
         raise ValueError(f"{args.env_id} has no scripted expert; --policy must be 'random' or 'zero'")
     action_noise = getattr(args, "action_noise", 0.0)
     if not 0.0 <= action_noise <= 1.0 or (action_noise and args.policy != "expert"):
         raise ValueError(f"--action-noise {action_noise}: must be in [0, 1], and only perturbs the expert's "
                          "actions (--policy expert)")
-    expert_kwargs = json.loads(getattr(args, "expert_kwargs", None) or "{}")
+    expert_kwargs = getattr(args, "expert_kwargs", None) or {}
     if expert_kwargs and args.policy != "expert":
         raise ValueError("--expert-kwargs only configures the scripted expert (--policy expert)")
     expert = None
@@ -88,7 +87,7 @@ def run_episodes(args: argparse.Namespace, recorder_folder: Path | None = None) 
         except TypeError as e:
             raise ValueError(f"--expert-kwargs {expert_kwargs}: {e} (see {spec.expert})") from e
     t0 = time.perf_counter()
-    kwargs = {"image_size": args.image_size, **json.loads(args.env_kwargs)}
+    kwargs = {"image_size": args.image_size, **args.env_kwargs}
     env = gym.make(args.env_id, num_envs=args.num_envs, **kwargs)
     base = env
     if args.video:
@@ -239,33 +238,33 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("collect-demos", help="record scripted-expert episodes for SFT (see vla_envs.demos)")
     for q in (r, c):
         q.add_argument("env_id")
-        q.add_argument("--num-envs", type=int, default=2)
-        q.add_argument("--steps", type=int, default=80, help="env steps per env (upper bound)")
+        q.add_argument("--num-envs", type=positive_int, default=2)
+        q.add_argument("--steps", type=positive_int, default=80, help="env steps per env (upper bound)")
         q.add_argument("--episodes", type=int, default=0, help="stop after this many finished episodes (0: no limit)")
-        q.add_argument("--chunk", type=int, default=4, help="actions per chunk_step (the expert re-plans every step)")
-        q.add_argument("--image-size", type=int, default=128)
+        q.add_argument("--chunk", type=positive_int, default=4, help="actions per chunk_step (the expert re-plans every step)")
+        q.add_argument("--image-size", type=positive_int, default=128)
         q.add_argument("--seed", type=int, default=0)
-        q.add_argument("--env-kwargs", default="{}", help='JSON of extra gym.make arguments, e.g. \'{"low_poly": true}\'')
+        q.add_argument("--env-kwargs", type=json_object, default="{}", help='JSON of extra gym.make arguments, e.g. \'{"low_poly": true}\'')
     r.add_argument("--policy", choices=("random", "zero", "expert"), default="random")
     r.add_argument("--video", type=Path, default=None, help="MP4 path (a .json summary is written beside it)")
-    r.add_argument("--fps", type=int, default=10)
+    r.add_argument("--fps", type=positive_int, default=10)
     r.set_defaults(func=cmd_rollout)
     c.add_argument("--out", type=Path, required=True, help="demo folder")
     c.add_argument("--all", dest="only_success", action="store_false", help="keep failed episodes too")
     c.add_argument("--action-noise", type=float, default=0.0,
                    help="std of Gaussian noise on the executed translation and yaw actions; the demos "
                         "record the expert's own actions, so they show recoveries (default: 0)")
-    c.add_argument("--expert-kwargs", default="{}",
+    c.add_argument("--expert-kwargs", type=json_object, default="{}",
                    help='JSON of scripted-expert options, e.g. \'{"max_speed": 0.3}\' (PutOnPlate: the '
                         "largest translation per step as a fraction of the controller's; default: {})")
     c.set_defaults(func=cmd_collect_demos, policy="expert")
     o = sub.add_parser("eval-ood", help="run a policy on every PutOnPlate variant; success table by category")
     o.add_argument("--policy", choices=("random", "zero", "expert"), default="expert")
-    o.add_argument("--episodes", type=int, default=8, help="episodes per variant")
-    o.add_argument("--num-envs", type=int, default=2)
-    o.add_argument("--image-size", type=int, default=128)
+    o.add_argument("--episodes", type=positive_int, default=8, help="episodes per variant")
+    o.add_argument("--num-envs", type=positive_int, default=2)
+    o.add_argument("--image-size", type=positive_int, default=128)
     o.add_argument("--seed", type=int, default=0)
-    o.add_argument("--env-kwargs", default="{}", help="JSON of extra gym.make arguments")
+    o.add_argument("--env-kwargs", type=json_object, default="{}", help="JSON of extra gym.make arguments")
     o.add_argument("--out", type=Path, default=Path("runs/eval_ood"), help="writes ood_eval.md and ood_eval.json")
     o.set_defaults(func=cmd_eval_ood, chunk=1)
     f = sub.add_parser("fetch-assets", help="download and verify the official PutOnPlate pack (needs internet)")

@@ -15,25 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-    return value
+from vla_envs.arguments import json_object, positive_float, positive_int
 
 
 def check_demo_folders(paths: list[Path]) -> str | None:
@@ -155,7 +137,7 @@ def cmd_publish_warm_start(args: argparse.Namespace) -> int:
     from vla_trainer.warm_start import publish_warm_start
 
     try:
-        env_kwargs = json.loads(args.env_kwargs)
+        env_kwargs = args.env_kwargs
         out = publish_warm_start(args.run, args.to, demo_episodes=args.demo_episodes, demo_seed=args.demo_seed,
                                  env_kwargs=env_kwargs)
     except (FileNotFoundError, KeyError, ValueError) as e:
@@ -214,7 +196,7 @@ def cmd_collect_corrections(args: argparse.Namespace) -> int:
     try:
         handover = [int(h) for h in args.handover_steps.split(",")]
         grasp_delays = [int(d) for d in args.handover_after_grasp.split(",")] if args.handover_after_grasp else []
-        env_kwargs = json.loads(args.env_kwargs)
+        env_kwargs = args.env_kwargs
     except ValueError as e:
         print(f"error: --handover-steps {args.handover_steps!r} / --handover-after-grasp "
               f"{args.handover_after_grasp!r} (comma-separated env steps, e.g. 8,16) or "
@@ -387,7 +369,7 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--to", type=Path, required=True, help="the folder to write (replaced atomically)")
     w.add_argument("--demo-episodes", type=positive_int, required=True, help="episodes the demo collection ran")
     w.add_argument("--demo-seed", type=int, required=True, help="the demo collection's seed")
-    w.add_argument("--env-kwargs", default="{}", help="JSON of the env options the demos were recorded with")
+    w.add_argument("--env-kwargs", type=json_object, default="{}", help="JSON of the env options the demos were recorded with")
     w.set_defaults(func=cmd_publish_warm_start)
     q = sub.add_parser("sft-report", help="where a warm start errs: action error per episode step and dimension")
     q.add_argument("--checkpoint", type=Path, required=True,
@@ -415,7 +397,7 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--num-envs", type=positive_int, default=2)
     k.add_argument("--temperature", type=positive_float, default=0.6, help="the policy's sampling temperature")
     k.add_argument("--seed", type=int, default=0)
-    k.add_argument("--env-kwargs", default="{}", help="JSON of extra gym.make arguments")
+    k.add_argument("--env-kwargs", type=json_object, default="{}", help="JSON of extra gym.make arguments")
     k.add_argument("--all", dest="only_success", action="store_false", help="keep episodes the expert failed too")
     k.set_defaults(func=cmd_collect_corrections)
     return parser

@@ -26,6 +26,7 @@ import os
 import sys
 from pathlib import Path
 
+from vla_envs.arguments import json_object, positive_float, positive_int
 from vla_trainer.checkpoint import load_model  # imports torch only when called: keeps --help fast
 
 
@@ -38,7 +39,7 @@ def evaluate_tasks(policy, tasks: list[str], args, asset_meta: dict) -> list[dic
     rows = []
     for i, task in enumerate(tasks):
         split = EnvSplitConfig(task=task, total_num_envs=args.num_envs, ignore_terminations=not args.terminate,
-                               vectorization=args.vectorization, env_kwargs=json.loads(args.env_kwargs))
+                               vectorization=args.vectorization, env_kwargs=args.env_kwargs)
         env = make_env(split, policy.config.image_size, evaluation=True, expert_start_phase=args.expert_start_phase)
         asset_meta.setdefault("asset_pack", getattr(env, "asset_pack", None))
         run_env = RecordVideo(env, args.video, fps=5) if (args.video and i == 0) else env
@@ -66,18 +67,18 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--ood", action="store_true", help="every PutOnPlateInScene25 variant, with category averages")
     g.add_argument("--libero", default=None, metavar="SUITES",
                    help="LIBERO suites, comma-separated, or 'all' (the five of LIBERO-130): per-suite success")
-    p.add_argument("--trials-per-task", type=int, default=50, help="LIBERO: official initial states per task")
-    p.add_argument("--num-envs", type=int, default=4)
-    p.add_argument("--num-episodes", type=int, default=16, help="per task; a multiple of --num-envs")
+    p.add_argument("--trials-per-task", type=positive_int, default=50, help="LIBERO: official initial states per task")
+    p.add_argument("--num-envs", type=positive_int, default=4)
+    p.add_argument("--num-episodes", type=positive_int, default=16, help="per task; a multiple of --num-envs")
     p.add_argument("--greedy", action="store_true", help="most likely action instead of sampling")
-    p.add_argument("--temperature", type=float, default=0.6, help="sampling temperature (default: %(default)s)")
+    p.add_argument("--temperature", type=positive_float, default=0.6, help="sampling temperature (default: %(default)s)")
     p.add_argument("--top-k", type=int, default=0, help="top-k sampling (0: off)")
     p.add_argument("--execute-steps", type=int, default=None, metavar="K",
                    help="execute the first K actions of each predicted chunk, then re-plan from a new "
                         "observation (default: the whole chunk, as the policy was trained)")
     p.add_argument("--terminate", action="store_true",
                    help="end episodes at success (default: run to the time limit, so success_at_end is meaningful)")
-    p.add_argument("--env-kwargs", default="{}", help="JSON of extra gym.make arguments, e.g. '{\"low_poly\": true}'")
+    p.add_argument("--env-kwargs", type=json_object, default="{}", help="JSON of extra gym.make arguments, e.g. '{\"low_poly\": true}'")
     p.add_argument("--vectorization", default="pool", choices=("pool", "serial"))
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--video", type=Path, default=None, help="write a tiled video of the (first) task's episodes")
@@ -113,17 +114,19 @@ def main(argv: list[str] | None = None) -> int:
         if args.ood or args.libero is not None:
             print("error: --baseline compares one task's evaluations (--task), not --ood or --libero", file=sys.stderr)
             return 2
-    if args.num_envs < 1 or args.num_episodes < 1 or args.num_episodes % args.num_envs:
+    if args.libero is None and not args.ood:
+        import vla_envs  # noqa: F401  (registers the ids)
+        from vla_envs.errors import VlaEnvError
+        from vla_envs.registry import get_task
+
+        try:
+            get_task(args.task)  # before the model loads: an unknown id with its close matches
+        except VlaEnvError as e:
+            print(f"error: --task: {e}", file=sys.stderr)
+            return 2
+    if args.num_episodes % args.num_envs:
         print(f"error: --num-episodes ({args.num_episodes}) must be a positive multiple of --num-envs "
               f"({args.num_envs})", file=sys.stderr)
-        return 2
-    if not args.temperature > 0:
-        print(f"error: --temperature must be > 0, got {args.temperature}", file=sys.stderr)
-        return 2
-    try:
-        json.loads(args.env_kwargs)
-    except json.JSONDecodeError as e:
-        print(f"error: --env-kwargs is not JSON: {e}", file=sys.stderr)
         return 2
     from vla_envs.tasks.put_on_plate.variants import VARIANTS, ood_table
     from vla_trainer.evaluation import check_execute_steps
@@ -152,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         r["category"] = VARIANTS[r["env_id"]].category if r["env_id"] in VARIANTS else "task"
     averages, table = ood_table(rows, header)
     report(args.out, table, {"checkpoint": str(model_dir), "rows": rows, "averages": averages, "sampling": mode,
-                             "env_kwargs": json.loads(args.env_kwargs), "expert_start_phase": args.expert_start_phase})
+                             "env_kwargs": args.env_kwargs, "expert_start_phase": args.expert_start_phase})
     if baseline is not None:
         from vla_trainer.evaluation import compare_to_baseline
 
@@ -207,7 +210,7 @@ def libero_main(args) -> int:
         model, tokenizer, model_dir = load_model(args.checkpoint)
         policy = VLAPolicy(model, tokenizer)
         check_execute_steps(args.execute_steps, policy.chunk_size)
-        kwargs = {"image_size": policy.config.image_size, **json.loads(args.env_kwargs), "evaluation": True}
+        kwargs = {"image_size": policy.config.image_size, **args.env_kwargs, "evaluation": True}
         rows = []
         for suite in suites:
             tasks = suite_tasks(suite)

@@ -26,6 +26,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from vla_envs.arguments import positive_int
+
 
 class CheckpointMismatchError(ValueError):
     """The checkpoint expects another env than the one configured; the message names both sides."""
@@ -70,15 +72,6 @@ def _crop(text: str) -> tuple[int, int, int, int]:
     return values  # type: ignore[return-value]
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"a whole number >= 1, got {text!r}")
-    return value
-
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="franka-eval", description="Run a sim-trained checkpoint on the real Franka.")
@@ -88,8 +81,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     cam.add_argument("--camera-serial", help="the RealSense's serial number")
     cam.add_argument("--playback", help="a RealSense .db3 recording instead of a live camera (dry runs, tests)")
     p.add_argument("--instruction", required=True, help='the task in words, as in training: "put carrot on plate"')
-    p.add_argument("--episodes", type=_positive_int, default=10)
-    p.add_argument("--time-limit", type=_positive_int, default=80, help="steps per episode (the twin's: 80)")
+    p.add_argument("--episodes", type=positive_int, default=10)
+    p.add_argument("--time-limit", type=positive_int, default=80, help="steps per episode (the twin's: 80)")
     p.add_argument("--camera-file", type=Path, help="the calibrated camera file (vla-calibrate handeye)")
     p.add_argument("--camera-crop", type=_crop, help="LEFT,TOP,RIGHT,BOTTOM; default: the checkpoint's")
     p.add_argument("--image-size", type=int, help="default: the checkpoint's")

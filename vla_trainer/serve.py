@@ -304,12 +304,14 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     import sys
 
+    from vla_envs.arguments import positive_float, tcp_port
+
     p = argparse.ArgumentParser(prog="vla-serve", description="Serve a policy checkpoint over TCP (no pickle).")
     p.add_argument("--checkpoint", type=Path, required=True, help="model folder, training checkpoint or run folder")
     p.add_argument("--host", default=DEFAULT_HOST, help="address to bind (default 127.0.0.1: this machine only)")
-    p.add_argument("--port", type=int, default=DEFAULT_PORT)
+    p.add_argument("--port", type=tcp_port, default=DEFAULT_PORT, help="0: any free port")
     p.add_argument("--device", default="cpu")
-    p.add_argument("--temperature", type=float, default=None, help="sample at this temperature (default: greedy)")
+    p.add_argument("--temperature", type=positive_float, default=None, help="sample at this temperature (default: greedy)")
     args = p.parse_args(argv)
     try:
         service = PolicyService(args.checkpoint, greedy=args.temperature is None,

@@ -218,6 +218,9 @@ class VLAPolicy:
             raise InvalidInputError(
                 "obs['instruction'] must hold one string per env (a tuple), not a single str"
             )
+        if not isinstance(instructions, (list, tuple, np.ndarray)):
+            raise InvalidInputError(f"obs['instruction'] must hold one string per env (a tuple of N str), got "
+                                    f"{type(instructions).__name__}")
         instructions = list(instructions)
         images = check_images(obs["image"], self.config.image_size, len(instructions))
         input_ids, attention_mask = tokenize_prompts(self.tokenizer, instructions, self.config)
