@@ -30,12 +30,12 @@ def test_ppo_learns_to_move_where_the_reward_is(bandit_task, tmp_path):
     cfg = load_config("cpu_ppo_tiny_put_on_plate", [
         f"env.train.task={bandit_task}", f"env.eval.task={bandit_task}", "env.train.env_kwargs={}",
         "env.eval.env_kwargs={}", "runner.val_check_interval=-1", "runner.save_interval=1000",
-        "runner.progress_bar=false", "runner.max_epochs=12", "actor.optim.lr=1e-3"])
+        "runner.progress_bar=false", "runner.max_epochs=12", "rollout.steps_per_rollout=40", "actor.optim.lr=1e-3"])
     train(cfg, run_dir=tmp_path / "run")
     returns = [r["train/return"] for r in read_metrics(tmp_path / "run") if "train/return" in r]
     assert len(returns) == 12
     # a random tiny policy's y is about 0 (episode return about 0 of at most 1.6); 12 iterations
-    # of 40 samples bring it to about 0.3 (seeded: the numbers are the same on every CPU run)
+    # of 20 samples bring it to about 0.27 (seeded: the numbers are the same on every CPU run)
     first, last = np.mean(returns[:3]), np.mean(returns[-3:])
     assert last > first + 0.15, returns
 

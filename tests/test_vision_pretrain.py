@@ -95,11 +95,12 @@ def test_pretraining_learns_where_the_square_is_and_leaves_the_language_model_al
     policy = VLAPolicy(model, tok)
     llm_before = {k: v.clone() for k, v in policy.core.language_model.state_dict().items()}
     vision_before = policy.core.vision_backbone.state_dict()["featurizer.embeddings.patch_embeddings.projection.weight"].clone()
-    metrics = pretrain_vision(policy, demos, steps=150, batch_size=32, lr=1e-3, eval_every=50,
+    metrics = pretrain_vision(policy, demos, steps=60, batch_size=32, lr=1e-3, eval_every=30,
                               out_dir=tmp_path / "ckpt", progress=False)
     print(json.dumps(metrics["val_after"]), json.dumps(metrics["val_of_mean"]))
     assert metrics["num_val_frames"] == 2 * 6 and metrics["targets"][:2] == ["object.x", "object.y"]
-    # held-out frames: far better than predicting the mean position (about 7 cm off)
+    # held-out frames: far better than predicting the mean position (about 8 cm off); 60 steps
+    # reach about 1.2 cm here (90: 0.7)
     assert metrics["val_after"]["object_cm"] < 0.5 * metrics["val_of_mean"]["object_cm"]
     assert all(torch.equal(v, llm_before[k]) for k, v in policy.core.language_model.state_dict().items())
     assert not torch.equal(vision_before, policy.core.vision_backbone.state_dict()[
