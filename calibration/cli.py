@@ -30,6 +30,7 @@ from calibration.drift import DEFAULT_MAX_DEG as DRIFT_MAX_DEG
 from calibration.drift import DEFAULT_MAX_MM as DRIFT_MAX_MM
 from calibration.drift import DEFAULT_MAX_PX as DRIFT_MAX_PX
 from calibration.hand_eye import DEFAULT_MAX_ROT_DEG, DEFAULT_MAX_TRANS_MM, METHODS, MIN_SAMPLES
+from vla_envs.arguments import int_at_least, positive_float
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_OVER_LIMIT = 0, 1, 2, 3
 
@@ -39,28 +40,6 @@ class UsageError(Exception):
 
     def __init__(self, argument: str, message: str):
         super().__init__(f"argument {argument}: {message}")
-
-
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
-    return value
-
-
-def int_at_least(minimum: int):
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
-        return value
-    return parse
 
 
 def existing_dir(text: str) -> Path:

@@ -1,5 +1,5 @@
 """argparse types shared by every command line of the project (``vla-envs``, ``vla-train``,
-``vla-eval``, ``vla-serve``, ``franka-eval``): a malformed value is refused by argparse with the
+``vla-eval``, ``vla-serve``, ``franka-eval``, ``vla-calibrate``): a malformed value is refused by argparse with the
 flag named and exit status 2, before any work starts."""
 
 from __future__ import annotations
@@ -9,15 +9,23 @@ import json
 import math
 
 
-def positive_int(text: str) -> int:
-    """A whole number >= 1 (counts: envs, episodes, steps, pixels)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
+def int_at_least(minimum: int):
+    """An argparse type: a whole number >= ``minimum``."""
+    expected = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+        return value
+    return parse
+
+
+positive_int = int_at_least(1)
+"""A whole number >= 1 (counts: envs, episodes, steps, pixels)."""
 
 
 def positive_float(text: str) -> float:
