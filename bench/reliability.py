@@ -7,11 +7,13 @@ A test declares what it injects and what must happen with
 ``@pytest.mark.reliability(fault="...", cases=N, outcome="...")``; ``cases`` is how many faults or
 inputs one run of it tries (hypothesis examples, kills, parametrized inputs count per item). A row
 holds only when every test of it passed; a failed or skipped test is shown as such, not hidden.
+The robot safety fuzz runs its full 10,000 chunks here (about 15 min; CI runs 300).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import time
@@ -71,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("pytest_args", nargs="*", help="extra pytest arguments, after --")
     args = p.parse_args(argv)
     collector = Collector()
+    os.environ.setdefault("VLA_SAFETY_FUZZ_CHUNKS", "10000")  # read by tests/robot/test_safety_fuzz.py
     start = time.time()
     code = pytest.main(["-m", "reliability", "-q", "-p", "no:cacheprovider", str(ROOT / "tests"),
                         *args.pytest_args], plugins=[collector])

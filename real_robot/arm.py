@@ -1,11 +1,12 @@
 """The arm interface: what a 7-DoF arm with a parallel gripper offers the rest of the stack.
 
 Frames: every pose is the TCP (between the fingertips, the twin's ``panda_hand_tcp`` and libfranka's
-default end-effector frame of the Franka Hand) in the robot base frame. One step is relative:
-translation in the base frame, rotation about the TCP with axes aligned to the base frame, the
-convention of ManiSkill's ``pd_ee_delta_pose`` (``frame="root_translation:root_aligned_body_rotation"``).
+default end-effector frame of the Franka Hand) in the robot base frame. A Cartesian command is an
+absolute TCP pose: the ``SafetyLayer`` turns each relative step of the policy (ManiSkill's
+``pd_ee_delta_pose`` convention, applied to the measured pose) into a target pose it has checked, so
+what the arm is sent never depends on where the arm's own motion generator believes it is.
 
-Motion commands (``move_relative``, ``set_gripper``, ``move_to_joint_positions``) only run when they
+Motion commands (``move_to_pose``, ``set_gripper``, ``move_to_joint_positions``) only run when they
 carry the permit of the ``SafetyLayer`` attached to the arm: code that holds a bare ``Arm`` can read
 it and stop it, never move it. ``stop`` and ``recover`` need no permit.
 """
@@ -160,21 +161,19 @@ class Arm(abc.ABC):
                                     f"SafetyLayer; move the arm through SafetyLayer(arm, limits).send_action()")
 
     @requires_connection
-    def move_relative(self, translation_m: Any, rotation_rotvec_rad: Any, *, permit: object | None = None) -> None:
-        """Execute one relative Cartesian step of the TCP.
+    def move_to_pose(self, T_base_from_tcp: Any, *, permit: object | None = None) -> None:
+        """Move the TCP to an absolute pose (a straight Cartesian motion).
 
         Args:
-            translation_m: ``[3]`` TCP displacement in the base frame.
-            rotation_rotvec_rad: ``[3]`` rotation vector, axes aligned with the base frame, about the
-                TCP (the TCP position does not change with it): new orientation = exp(rotvec) @ old.
+            T_base_from_tcp: ``[4, 4]`` the target TCP pose in the base frame.
             permit: the attached ``SafetyLayer``'s permit.
 
         Raises:
             SafetyBypassError: no or a foreign permit.
             MotionError: the robot aborted the motion.
         """
-        self._check_permit(permit, "move_relative")
-        self._move_relative(translation_m, rotation_rotvec_rad)
+        self._check_permit(permit, "move_to_pose")
+        self._move_to_pose(T_base_from_tcp)
 
     @requires_connection
     def set_gripper(self, close: bool, *, permit: object | None = None) -> None:
@@ -198,8 +197,8 @@ class Arm(abc.ABC):
         self._move_to_joint_positions(joint_positions_rad)
 
     @abc.abstractmethod
-    def _move_relative(self, translation_m: Any, rotation_rotvec_rad: Any) -> None:
-        """The backend's relative step (see ``move_relative``)."""
+    def _move_to_pose(self, T_base_from_tcp: Any) -> None:
+        """The backend's Cartesian motion (see ``move_to_pose``)."""
 
     @abc.abstractmethod
     def _set_gripper(self, close: bool) -> None:

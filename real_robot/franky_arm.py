@@ -4,9 +4,10 @@ libfranka's end-effector frame with the Franka Hand's default ``F_T_EE`` (0.1034
 -45 degrees about it) is the TCP between the fingertips, the same frame as the twin's
 ``panda_hand_tcp``. The observed pose is the forward kinematics of the *measured* joints (franky's
 ``model.pose(Frame.EndEffector, state)``): on the robot that equals libfranka's ``O_T_EE``, while
-franky-sim reports the *desired* pose there. A franky ``CartesianMotion`` with
-``ReferenceType.Relative`` is expressed in the *current end-effector frame* (translation and rotation);
-``move_relative`` takes base-frame steps and rotates them into that frame.
+franky-sim reports the *desired* pose there. ``move_to_pose`` sends an absolute ``CartesianMotion``:
+franky's relative motions start from its *desired* pose, which runs ahead of the measured one while a
+motion is replaced mid-way (by up to centimetres on franky-sim), so a relative step checked against
+the measured pose could end outside the workspace box.
 """
 
 from __future__ import annotations
@@ -195,24 +196,21 @@ class FrankyArm(Arm):
         return bool(self._robot.recover_from_errors()) and not bool(self._robot.has_errors)
 
     # ----- motion hooks (reached only through Arm's permit check) ---------------------------------
-    def _move_relative(self, translation_m: Any, rotation_rotvec_rad: Any) -> None:
+    def _move_to_pose(self, T_base_from_tcp: Any) -> None:
         import numpy as np
 
-        from real_robot.transforms import matrix_to_quaternion_wxyz, rotvec_to_matrix
+        from real_robot.transforms import matrix_to_quaternion_wxyz, rotation_angle
 
         franky = import_franky()
-        # the frame franky's relative motion is expressed in: the current (commanded) end-effector pose
-        R_base_from_tcp = np.asarray(self._robot.current_cartesian_state.pose.end_effector_pose.matrix)[:3, :3]
-        # franky's relative targets live in the current TCP frame: rotate the base-frame step into it.
-        # For the rotation, exp(w) @ R = R @ exp(R^T w).
-        translation_tcp = R_base_from_tcp.T @ np.asarray(translation_m, dtype=np.float64).reshape(3)
-        rotvec_tcp = R_base_from_tcp.T @ np.asarray(rotation_rotvec_rad, dtype=np.float64).reshape(3)
-        if np.linalg.norm(translation_tcp) < MIN_STEP_M and np.linalg.norm(rotvec_tcp) < MIN_STEP_RAD:
-            return  # nothing to do; franky's planner can fail on an empty motion ("error code -111")
-        w, x, y, z = matrix_to_quaternion_wxyz(rotvec_to_matrix(rotvec_tcp))
-        motion = franky.CartesianMotion(franky.Affine(translation_tcp, np.array([x, y, z, w])),
-                                        franky.ReferenceType.Relative)
-        self._move(motion, "the relative step")
+        target = np.asarray(T_base_from_tcp, dtype=np.float64).reshape(4, 4)
+        desired = np.asarray(self._robot.current_cartesian_state.pose.end_effector_pose.matrix)
+        if (np.linalg.norm(target[:3, 3] - desired[:3, 3]) < MIN_STEP_M
+                and rotation_angle(desired[:3, :3].T @ target[:3, :3]) < MIN_STEP_RAD):
+            return  # already commanded there; franky's planner can fail on an empty motion ("error code -111")
+        w, x, y, z = matrix_to_quaternion_wxyz(target[:3, :3])
+        motion = franky.CartesianMotion(franky.Affine(target[:3, 3], np.array([x, y, z, w])),
+                                        franky.ReferenceType.Absolute)
+        self._move(motion, "the Cartesian motion")
 
     def _move_to_joint_positions(self, joint_positions_rad: Any) -> None:
         import numpy as np

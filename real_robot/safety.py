@@ -10,8 +10,10 @@ The step limiting is a pure function (``limit_step``) of the step, the current T
 limits: the guarantees below are properties of that function.
 
 - A step never exceeds ``max_translation_per_step_m`` (norm) or ``max_rotation_per_step_rad``.
-- From inside the box, the commanded TCP position stays inside; from outside, no axis moves further
-  out (the arm can always be brought back).
+- The commanded TCP position always lies in the box. A TCP measured outside it (a moving arm given
+  a target at a face stops past it by its braking distance) is brought back by up to one capped step
+  per action, whatever the action: a target that only held it there would let each overshoot start
+  from further out.
 - Likewise for the orientation window (tilt of the TCP's z axis from the reference orientation, and
   yaw about the reference z axis): inside stays inside, outside never gets further out.
 """
@@ -37,8 +39,11 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 CLAMP_KINDS = ("action_range", "translation_cap", "workspace", "rotation_cap", "orientation", "gripper_rate",
-               "non_finite", "watchdog")
+               "step_rate", "non_finite", "watchdog")
 """Every kind ``SafetyLayer.clamp_counts`` counts."""
+ZERO_STEP_M = 1e-5
+ZERO_STEP_RAD = 1e-5
+"""A step smaller than both is no motion: the layer sends no target (the gripper still changes)."""
 
 FRANKA_HOME_JOINT_POSITIONS_RAD = (0.0, -math.pi / 4, 0.0, -3 * math.pi / 4, 0.0, math.pi / 2, math.pi / 4)
 
@@ -67,6 +72,10 @@ class SafetyLimits:
     an arm configured with, in (0, 1]."""
     gripper_min_interval_s: float = 1.0
     """Least time between two gripper state changes; faster flips are held (counted as gripper_rate)."""
+    min_step_interval_s: float = 0.02
+    """Least time between two arm steps; a step sent sooner waits (counted as step_rate). franky's
+    planner, given a new target every 2 ms, carried the TCP 5 cm past a box face it was never sent
+    beyond; at 50 Hz (10 times the twin's 5 Hz) it stayed within 0.3 mm. In [0, 1)."""
     watchdog_timeout_s: float = 1.0
     """Stop the arm when no action follows the last one within this long."""
     dry_run: bool = False
@@ -94,6 +103,8 @@ class SafetyLimits:
         _in_range("watchdog_timeout_s", self.watchdog_timeout_s, 0.0, 60.0)
         if not (isinstance(self.gripper_min_interval_s, (int, float)) and 0.0 <= self.gripper_min_interval_s < 60.0):
             raise ValueError(f"gripper_min_interval_s={self.gripper_min_interval_s!r}: seconds in [0, 60)")
+        if not (isinstance(self.min_step_interval_s, (int, float)) and 0.0 <= self.min_step_interval_s < 1.0):
+            raise ValueError(f"min_step_interval_s={self.min_step_interval_s!r}: seconds in [0, 1)")
         if not isinstance(self.dry_run, bool):
             raise ValueError(f"dry_run={self.dry_run!r}: true or false")
         self.home_joint_positions_rad = _floats("home_joint_positions_rad", self.home_joint_positions_rad, 7)
@@ -183,18 +194,22 @@ def limit_step(translation_m: Any, R_delta: Any, T_base_from_tcp: Any,
     p = np.asarray(T_base_from_tcp, dtype=np.float64)[:3, 3]
     R = np.asarray(T_base_from_tcp, dtype=np.float64)[:3, :3]
 
+    cap = limits.max_translation_per_step_m * (1 + 1e-6)  # not for float noise (float32 0.2 * 0.1 > 0.02)
     norm = float(np.linalg.norm(t))
-    if norm > limits.max_translation_per_step_m * (1 + 1e-6):  # not for float noise (float32 0.2 * 0.1 > 0.02)
+    if norm > cap:
         t *= limits.max_translation_per_step_m / norm
         clamps.append("translation_cap")
-    # Per axis, the target may not leave [min, max], widened to include where the TCP is now: inside
-    # stays inside, outside only comes back. Clipping toward p never lengthens t, so the cap holds.
-    lo = np.minimum(np.asarray(limits.workspace_min_m), p)
-    hi = np.maximum(np.asarray(limits.workspace_max_m), p)
-    target = np.clip(p + t, lo, hi)
+    target = np.clip(p + t, limits.workspace_min_m, limits.workspace_max_m)
     if np.any(target != p + t):
         clamps.append("workspace")
     t = target - p
+    # From inside, clipping moves the target toward p and never lengthens t. From outside, it may:
+    # shorten it along its own direction, which still leads back toward the box on every axis.
+    norm = float(np.linalg.norm(t))
+    if norm > cap:
+        t *= limits.max_translation_per_step_m / norm
+        if "translation_cap" not in clamps:
+            clamps.append("translation_cap")
 
     rotvec = matrix_to_rotvec(R_delta)
     angle = float(np.linalg.norm(rotvec))
@@ -330,6 +345,7 @@ class SafetyLayer:
         self._warned: set[str] = set()
         self._gripper_closed: bool | None = None
         self._gripper_changed_s = -math.inf
+        self._stepped_s = -math.inf
         self.last_watchdog_trip_s: float | None = None
         self._watchdog = Watchdog(limits.watchdog_timeout_s, self._on_watchdog)
         self._closed = False
@@ -422,7 +438,11 @@ class SafetyLayer:
         with self._command_lock:
             self._watchdog.disarm()  # the deadline counts from the end of this command
             try:
-                obs = self.arm.observation()
+                wait_s = self._stepped_s + self.limits.min_step_interval_s - time.monotonic()
+                if wait_s > 0 and not self.limits.dry_run:
+                    self._count(["step_rate"])
+                    time.sleep(wait_s)
+                obs = self.arm.observation()  # read after the wait: the step starts from where the arm is
                 translation, R_delta, close, out_of_range = action_to_step(values)
                 clamps = ["action_range"] if out_of_range else []
                 translation, R_delta, step_clamps = limit_step(translation, R_delta, obs.T_base_from_tcp, self.limits)
@@ -443,7 +463,11 @@ class SafetyLayer:
                                 np.round(rotvec, 4), f", {'close' if close else 'open'} the gripper" if gripper_changed
                                 else "")
                 else:
-                    self.arm.move_relative(translation, rotvec, permit=self._permit)
+                    # a zero step holds the arm where it is going: the measured pose trails franky's desired one,
+                    # and sending it as a target would creep (franky-sim: 0.02 deg per hold)
+                    if np.linalg.norm(translation) >= ZERO_STEP_M or np.linalg.norm(rotvec) >= ZERO_STEP_RAD:
+                        self.arm.move_to_pose(T_target, permit=self._permit)
+                        self._stepped_s = time.monotonic()
                     if gripper_changed:
                         self.arm.set_gripper(close, permit=self._permit)
                 if gripper_changed:

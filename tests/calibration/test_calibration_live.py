@@ -191,7 +191,9 @@ def test_a_live_session_on_franky_sim_recovers_the_camera(layer, tmp_path):
     assert [line.split(":")[0] for line in lines] == [f"pose {i + 1}/10" for i in range(10)], lines
     assert all("sample" in line for line in lines), lines
     counts = layer.pop_clamp_counts()
-    assert not any(n for kind, n in counts.items() if kind != "watchdog"), counts  # every step within the limits
+    # every step within the limits; pacing is not a limit on the step (a step to where franky is already
+    # commanded returns at once, and the next one waits out min_step_interval_s)
+    assert not any(n for kind, n in counts.items() if kind not in ("watchdog", "step_rate")), counts
     session = load_session(folder)
     assert [s.name for s in session.samples] == [f"{i:03d}" for i in range(10)]
     assert session.spec.ee_frame == "tcp"

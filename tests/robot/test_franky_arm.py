@@ -93,9 +93,9 @@ def test_motion_commands_without_the_safety_layer_are_refused(homed_layer):
     arm = homed_layer.arm
     before = arm.observation().tcp_position_m
     with pytest.raises(SafetyBypassError, match="through SafetyLayer"):
-        arm.move_relative([0.03, 0, 0], [0, 0, 0])
+        arm.move_to_pose(np.eye(4))
     with pytest.raises(SafetyBypassError):
-        arm.move_relative([0.03, 0, 0], [0, 0, 0], permit=object())
+        arm.move_to_pose(np.eye(4), permit=object())
     with pytest.raises(SafetyBypassError):
         arm.set_gripper(True)
     with pytest.raises(SafetyBypassError):

@@ -43,6 +43,7 @@ def test_defaults_are_conservative_and_contain_the_home_pose():
     ("max_relative_dynamics_factor", 1.5, r"max_relative_dynamics_factor=1.5: a number in \(0, 1\]"),
     ("watchdog_timeout_s", 0, r"watchdog_timeout_s=0: a number in \(0, 60\]"),
     ("gripper_min_interval_s", -1, r"gripper_min_interval_s=-1: seconds in \[0, 60\)"),
+    ("min_step_interval_s", 1.0, r"min_step_interval_s=1.0: seconds in \[0, 1\)"),
     ("dry_run", "yes", "dry_run='yes': true or false"),
     ("home_joint_positions_rad", (0.0,) * 6, "home_joint_positions_rad=.*7 finite numbers"),
 ])
@@ -104,14 +105,19 @@ def test_the_box_stops_the_tcp_at_its_face():
     np.testing.assert_allclose(t, [0.0, 0.0, -0.01])
 
 
-def test_outside_the_box_the_tcp_may_come_back_but_never_go_further():
+def test_outside_the_box_every_step_brings_the_tcp_back():
     outside = home_pose((0.8, 0.0, 0.3))  # 10 cm beyond x max
-    t, _, clamps = limit_step([0.01, 0.0, 0.0], np.eye(3), outside, LIMITS)
-    np.testing.assert_allclose(t, 0.0, atol=EPS)
+    for wanted in ([0.01, 0.0, 0.0], [0.0, 0.0, 0.0]):
+        t, _, clamps = limit_step(wanted, np.eye(3), outside, LIMITS)
+        # one capped step straight back toward the face: a target that only held the TCP outside would
+        # let a moving arm's next overshoot start from there
+        np.testing.assert_allclose(t, [-LIMITS.max_translation_per_step_m, 0.0, 0.0], atol=EPS)
+        assert clamps == ["workspace", "translation_cap"]
+    t, _, clamps = limit_step([-0.01, 0.01, 0.0], np.eye(3), outside, LIMITS)  # the inside axis keeps its share
+    assert np.linalg.norm(t) == pytest.approx(LIMITS.max_translation_per_step_m) and t[0] < -0.019 and t[1] > 0
+    t, _, clamps = limit_step([0.01, 0.0, 0.0], np.eye(3), home_pose((0.71, 0.0, 0.3)), LIMITS)
+    np.testing.assert_allclose(t, [-0.01, 0.0, 0.0], atol=EPS)  # 1 cm out: onto the face
     assert clamps == ["workspace"]
-    t, _, clamps = limit_step([-0.01, 0.01, 0.0], np.eye(3), outside, LIMITS)
-    np.testing.assert_allclose(t, [-0.01, 0.01, 0.0])
-    assert clamps == []
 
 
 def test_rotation_is_capped_and_kept_in_the_orientation_window():
@@ -172,10 +178,10 @@ def test_from_inside_no_step_leaves_the_limits(pose, translation, R_delta):
 
 
 @pytest.mark.reliability(fault='random robot steps from outside the workspace (hypothesis)', cases=200,
-                         outcome='no axis moves further out')
+                         outcome='no axis moves further out; each step comes back')
 @settings(max_examples=200, deadline=None)
 @given(position=vectors.map(lambda v: v * 1e-6), translation=vectors)
-def test_from_outside_no_axis_moves_further_out(position, translation):
+def test_from_outside_every_step_comes_back(position, translation):
     pose = pose_matrix(np.array([0.5, 0.0, 0.3]) + position, R_REF)  # up to 1 m off the box centre
     lo, hi = np.array(LIMITS.workspace_min_m), np.array(LIMITS.workspace_max_m)
 
@@ -183,8 +189,11 @@ def test_from_outside_no_axis_moves_further_out(position, translation):
         return np.maximum(lo - p, 0) + np.maximum(p - hi, 0)
 
     t, _, _ = limit_step(translation, np.eye(3), pose, LIMITS)
-    assert np.all(outside_by(pose[:3, 3] + t) <= outside_by(pose[:3, 3]) + EPS)
+    before, after = outside_by(pose[:3, 3]), outside_by(pose[:3, 3] + t)
+    assert np.all(after <= before + EPS)
     assert np.linalg.norm(t) <= LIMITS.max_translation_per_step_m + EPS
+    if np.any(before > 0):  # outside: every step is a full capped step back, or lands in the box
+        assert np.linalg.norm(t) == pytest.approx(LIMITS.max_translation_per_step_m) or not np.any(after > EPS)
 
 
 @pytest.mark.reliability(fault='actions drifting toward every face of the box (hypothesis)', cases=10,
