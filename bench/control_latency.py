@@ -54,7 +54,7 @@ def main() -> None:
     from real_robot.safety import SafetyLayer, SafetyLimits
     from vla_envs.backends.franka.twin import (TWIN_REST_JOINT_POSITIONS_RAD, twin_image, twin_scaled_action,
                                                twin_state)
-    from vla_trainer.serve import PolicyService
+    from vla_trainer.deploy.serve import PolicyService
 
     host = f"127.{100 + os.getpid() % 100}.7.{1 + os.getpid() % 250}"
     sim = start_franky_sim(host)

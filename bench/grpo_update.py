@@ -1,5 +1,5 @@
 """One GRPO update of the tiny OpenVLA-OFT on CPU: passes over every sample vs only the samples
-with a nonzero advantage (``vla_trainer.update.contributing_samples``).
+with a nonzero advantage (``vla_trainer.rl.update.contributing_samples``).
 
     .venv/bin/python bench/grpo_update.py [--envs 16] [--group-size 4] [--informative 1] [--rounds 3]
                                           [--bc-demos DIR]
@@ -24,13 +24,13 @@ import time
 import numpy as np
 import torch
 
-import vla_trainer.update as update
-from vla_trainer.advantages import compute_targets
-from vla_trainer.behaviour_cloning import load_bc_demos
+import vla_trainer.rl.update as update
 from vla_trainer.build import make_optimizer
 from vla_trainer.config import load_config
 from vla_trainer.models import VLAPolicy, build_model
-from vla_trainer.rollout import Rollout
+from vla_trainer.rl.behaviour_cloning import load_bc_demos
+from vla_trainer.rl.rollout import Rollout
+from vla_trainer.rl.targets import compute_targets
 
 
 def grpo_rollout(policy: VLAPolicy, envs: int, chunks: int, group_size: int, informative: int,

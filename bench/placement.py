@@ -79,7 +79,7 @@ def transfer_ms(megabytes: float = 3.0, repeats: int = 20) -> dict:
 
 
 def measure(overrides: list[str], iterations: int) -> dict:
-    from vla_trainer.advantages import compute_targets
+    from vla_trainer.rl.targets import compute_targets
     from vla_trainer.config import load_config
     from vla_trainer.runtime.ray_runtime import RayRuntime
 

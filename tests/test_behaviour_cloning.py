@@ -10,12 +10,12 @@ from synthetic_demos import EPISODES, STEPS, write_demos
 from test_trainer_update import synthetic_rollout
 from tiny_vla import policy_for, tiny
 
-from vla_trainer.advantages import compute_targets
-from vla_trainer.behaviour_cloning import DemoBatches, load_bc_demos
 from vla_trainer.build import make_optimizer
 from vla_trainer.config import load_config
 from vla_trainer.config.loading import ConfigError
-from vla_trainer.update import update_policy
+from vla_trainer.rl.behaviour_cloning import DemoBatches, load_bc_demos
+from vla_trainer.rl.targets import compute_targets
+from vla_trainer.rl.update import update_policy
 
 
 @pytest.fixture(scope="module")

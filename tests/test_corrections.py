@@ -10,8 +10,8 @@ from expert_policy import ExpertAsPolicy
 from tiny_vla import tiny  # also sets HF_HUB_OFFLINE and one torch thread
 
 from vla_envs.tasks.put_on_plate.expert import PHASES, ScriptedExpert
-from vla_trainer.cli import main as cli_main
-from vla_trainer.corrections import check_grasp_delays, check_handover_steps
+from vla_trainer.cli.train import main as cli_main
+from vla_trainer.sft.corrections import check_grasp_delays, check_handover_steps
 
 
 def pose(x: float, y: float, z: float) -> np.ndarray:
@@ -67,7 +67,7 @@ def test_hand_over_follows_the_policys_own_grasp(tmp_path, monkeypatch):
     from vla_envs.demos import load_demos
     from vla_envs.registry import get_task
     from vla_envs.tasks.put_on_plate.expert import CLOSE
-    from vla_trainer.corrections import _collect
+    from vla_trainer.sft.corrections import _collect
 
     monkeypatch.setenv("VLA_ENVS_ASSET_DIR", str(tmp_path / "assets"))
     env = gym.make("PutOnPlateInScene25Main-v3", num_envs=2, image_size=32, low_poly=True, vectorization="serial",

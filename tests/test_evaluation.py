@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from vla_trainer.evaluation import wilson_interval
+from vla_trainer.rl.evaluation import wilson_interval
 
 
 @pytest.mark.parametrize("successes,trials,expected", [
@@ -48,7 +48,7 @@ def test_evaluation_re_plans_after_execute_steps_actions(tiny_policy, monkeypatc
     episode, and every episode still runs to its time limit."""
     from toy_env import make_bandit_vector_env
 
-    from vla_trainer.evaluation import evaluate_policy
+    from vla_trainer.rl.evaluation import evaluate_policy
 
     calls = []
     act = tiny_policy.act
@@ -64,7 +64,7 @@ def test_evaluation_re_plans_after_execute_steps_actions(tiny_policy, monkeypatc
 
 @pytest.mark.parametrize("bad", [0, 9, -1, True, 2.0])
 def test_execute_steps_outside_the_chunk_is_refused(bad):
-    from vla_trainer.evaluation import check_execute_steps
+    from vla_trainer.rl.evaluation import check_execute_steps
 
     with pytest.raises(ValueError, match=r"from 1 to the policy's chunk \(8\)"):
         check_execute_steps(bad, 8)
@@ -83,7 +83,7 @@ def test_evaluation_averages_the_tasks_progress_flags():
 
     from vla_envs.core import ChunkVectorEnv
     from vla_envs.core.serial import SerialBackend
-    from vla_trainer.evaluation import evaluate_policy
+    from vla_trainer.rl.evaluation import evaluate_policy
 
     class ReachWithEnvZero:
         chunk_size = 2
@@ -105,7 +105,7 @@ def test_evaluation_averages_the_tasks_progress_flags():
 
 
 def test_comparison_to_a_baseline_tests_the_success_counts():
-    from vla_trainer.evaluation import compare_to_baseline
+    from vla_trainer.rl.evaluation import compare_to_baseline
 
     def row(successes, n=128, env_id="PutOnPlateInScene25Main-v3"):
         return {"env_id": env_id, "num_episodes": n, "success_once": successes / n, "success_at_end": 0.0,

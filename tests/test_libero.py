@@ -142,7 +142,7 @@ def test_bad_inputs_name_what_is_allowed(monkeypatch):
 def test_vla_eval_libero_runs_every_task_once_and_prints_the_suite_table(tmp_path, capsys):
     from tiny_vla import tiny
 
-    from vla_trainer.eval_cli import main as vla_eval
+    from vla_trainer.cli.eval import main as vla_eval
 
     model, tokenizer = tiny()
     model.save_pretrained(tmp_path / "model")

@@ -763,7 +763,7 @@ def test_vla_eval_reports_success_and_the_env_kwargs(asset_root, tmp_path, monke
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from vla_trainer.checkpoint import save_model
-    from vla_trainer.eval_cli import main as vla_eval
+    from vla_trainer.cli.eval import main as vla_eval
     from vla_trainer.models import VLAPolicy, build_model
 
     monkeypatch.setenv("VLA_ENVS_ASSET_DIR", str(asset_root))
@@ -921,7 +921,7 @@ def test_reach_report_cli_measures_each_episode(asset_root, tmp_path, monkeypatc
     assert reach_report(common + ["--num-envs", "2", "--num-episodes", "3"]) == 2
     assert "must be a multiple of --num-envs" in capsys.readouterr().err
     # vla-train names where the diagnostic lives instead of parsing it as `rl` options
-    from vla_trainer.cli import main as vla_train
+    from vla_trainer.cli.train import main as vla_train
 
     assert vla_train(["reach-report", *common]) == 2
     assert "python -m tools.reach_report" in capsys.readouterr().err

@@ -20,8 +20,8 @@ import torch
 
 from vla_trainer.config import load_config
 from vla_trainer.runner import train
-from vla_trainer.runtime.local import LocalRuntime
 from vla_trainer.runtime.errors import WorkerFailed
+from vla_trainer.runtime.local import LocalRuntime
 from vla_trainer.runtime.ray_runtime import RayRuntime
 
 pytestmark = [pytest.mark.maniskill, pytest.mark.slow]
@@ -204,7 +204,7 @@ def _assert_same_rollout(got, expected):
                          outcome='survived: restarted with the current weights, the rollout run again to the '
                                  'same data; past cluster.max_restarts the run stops naming it')
 def test_dead_workers_are_restarted_and_the_interrupted_rollout_runs_again_unchanged():
-    from vla_trainer.advantages import compute_targets
+    from vla_trainer.rl.targets import compute_targets
 
     cfg = load_config("cpu_ppo_tiny_put_on_plate", BASE + RAY + LAYOUTS["disaggregated"] + ["cluster.max_restarts=2"])
     rt = RayRuntime(cfg)

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vla_trainer.serve import PolicyClient, PolicyServer, PolicyService, ProtocolError, decode, encode, read_frame
+from vla_trainer.deploy.serve import PolicyClient, PolicyServer, PolicyService, ProtocolError, decode, encode, read_frame
 
 WARM_START = Path(__file__).resolve().parents[1] / "warm_start" / "tiny-openvla-oft-put-on-plate"
 

@@ -10,12 +10,12 @@ import torch
 from synthetic_demos import EPISODES, IMAGE, INSTRUCTIONS, STEPS, expert_action, write_demos
 from tiny_vla import tiny  # also sets HF_HUB_OFFLINE and one torch thread
 
-from vla_trainer.cli import main as cli_main
+from vla_trainer.cli.train import main as cli_main
+from vla_trainer.config.sft import SFTConfig
 from vla_trainer.data import action_chunks, build_samples, epoch_pool, release_chunks, resize_images
 from vla_trainer.models import VLAPolicy, load_pretrained, unnormalize_actions
 from vla_trainer.models.token_targets import gaussian_bin_targets, nll_loss, normalize_actions, target_token_ids
-from vla_trainer.config.sft import SFTConfig
-from vla_trainer.sft import action_error_by_step, lr_factor, train_sft
+from vla_trainer.sft.train import action_error_by_step, lr_factor, train_sft
 
 PRESET = "tiny-openvla-oft"
 

@@ -23,9 +23,9 @@ from toy_env import ToyEnv
 
 from vla_envs.core import ChunkVectorEnv
 from vla_envs.core.serial import SerialBackend
-from vla_trainer.advantages import compute_targets
 from vla_trainer.config.schema import AlgorithmConfig
-from vla_trainer.rollout import collect_rollout
+from vla_trainer.rl.rollout import collect_rollout
+from vla_trainer.rl.targets import compute_targets
 
 A = 7  # tokens per action
 GAMMA, LAM, EPS = 0.9, 0.8, 1e-6

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from vla_trainer.cli import main as vla_train
+from vla_trainer.cli.train import main as vla_train
 from vla_trainer.config import load_config
 from vla_trainer.metrics_log import read_metrics
 from vla_trainer.runner import train
@@ -187,7 +187,7 @@ def _lora_run_loads_merged_onto_its_base(tmp_path, checkpoint, cfg, adapters, ca
     import yaml
 
     from vla_trainer.checkpoint import load_model
-    from vla_trainer.eval_cli import main as vla_eval
+    from vla_trainer.cli.eval import main as vla_eval
     from vla_trainer.models import AdapterMismatchError, build_model
 
     merged, _, where = load_model(checkpoint)

@@ -10,11 +10,11 @@ import pytest
 import torch
 from tiny_vla import make_obs, policy_for, tiny
 
-from vla_trainer.advantages import compute_targets, concat_targets
-from vla_trainer.config import load_config
-from vla_trainer.rollout import Rollout, concat_rollouts
 from vla_trainer.build import make_optimizer
-from vla_trainer.update import NonFiniteLossError, update_policy
+from vla_trainer.config import load_config
+from vla_trainer.rl.rollout import Rollout, concat_rollouts
+from vla_trainer.rl.targets import compute_targets, concat_targets
+from vla_trainer.rl.update import NonFiniteLossError, update_policy
 
 
 def synthetic_rollout(policy, T=2, N=2, seed=0) -> Rollout:
@@ -159,7 +159,7 @@ def test_grpo_update_skips_samples_without_advantage_and_gets_the_same_step(logp
     """Two GRPO groups, one whose trajectories scored alike (advantage 0): the update runs the
     forward-backward passes on the other group's samples only, and takes the step that passes over
     every sample take."""
-    import vla_trainer.update as update
+    import vla_trainer.rl.update as update
 
     cfg = load_config("cpu_grpo_tiny_put_on_plate", ["env.train.total_num_envs=4", "algorithm.group_size=2",
                                                      "actor.global_batch_size=8",

@@ -10,13 +10,13 @@ import torch
 from tiny_vla import tiny  # also sets HF_HUB_OFFLINE and one torch thread
 
 from vla_envs.demos import EpisodeRecorder
-from vla_trainer.cli import main as cli_main
-from vla_trainer.models import VLAPolicy, load_pretrained
-from vla_trainer.data import scene_targets
-from vla_trainer.scene import SlotHead, scene_errors
+from vla_trainer.cli.train import main as cli_main
 from vla_trainer.config.sft import SFTConfig
-from vla_trainer.sft import train_sft
-from vla_trainer.vision_pretrain import load_scene_frames, pretrain_vision
+from vla_trainer.data import scene_targets
+from vla_trainer.models import VLAPolicy, load_pretrained
+from vla_trainer.sft.heads import SlotHead, scene_errors
+from vla_trainer.sft.train import train_sft
+from vla_trainer.sft.vision import load_scene_frames, pretrain_vision
 
 IMAGE, BODIES = 64, ("object",)
 

@@ -54,7 +54,7 @@ def test_its_vision_pretraining_located_the_object_and_plate_on_held_out_episode
 @pytest.mark.slow
 @pytest.mark.maniskill
 def test_vla_eval_runs_the_shipped_warm_start(tmp_path, monkeypatch):
-    from vla_trainer.eval_cli import main as vla_eval
+    from vla_trainer.cli.eval import main as vla_eval
 
     monkeypatch.setenv("VLA_ENVS_ASSET_DIR", str(tmp_path / "assets"))
     kwargs = {**load_config("cpu_ppo_tiny_put_on_plate").env.eval.env_kwargs, "time_limit": 8}
@@ -71,7 +71,7 @@ def test_vla_eval_from_an_expert_phase_is_labelled_and_starts_there(tmp_path, mo
     """``--expert-start-phase lower``: every episode starts with the object held over the plate
     (grasped at once, where the plain evaluation of the same episodes holds nothing in 3 steps),
     and the report says that this is not the task's success rate. The env option itself is refused."""
-    from vla_trainer.eval_cli import main as vla_eval
+    from vla_trainer.cli.eval import main as vla_eval
 
     monkeypatch.setenv("VLA_ENVS_ASSET_DIR", str(tmp_path / "assets"))
     kwargs = {**load_config("cpu_ppo_tiny_put_on_plate").env.eval.env_kwargs, "time_limit": 3}

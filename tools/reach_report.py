@@ -26,10 +26,10 @@ import torch
 
 from vla_trainer.build import make_env
 from vla_trainer.checkpoint import resolve_model_dir
-from vla_trainer.cli import load_init_checkpoint, positive_float, positive_int
+from vla_trainer.cli.train import load_init_checkpoint, positive_float, positive_int
 from vla_trainer.config.schema import EnvSplitConfig
-from vla_trainer.evaluation import round_seed
 from vla_trainer.models import VLAModelError, VLAPolicy
+from vla_trainer.rl.evaluation import round_seed
 
 LATERAL_BINS_CM = (0, 1, 2, 3, 5, 10, float("inf"))
 LIFTED_CM = 2.0  # the object rose this far while held: the lift began

@@ -26,14 +26,14 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from .advantages import compute_targets, concat_targets
-from .algorithms import explained_variance
-from .build import rollout_key
-from .checkpoint import read_train_state, resolve_resume, write_text_atomic
-from .config import check_batch_sizes, to_dict, to_yaml
-from .config.schema import TrainConfig
-from .metrics_log import MetricLogger, read_metrics, success_curve
-from .rollout import concat_rollouts
+from vla_trainer.algorithms import explained_variance
+from vla_trainer.build import rollout_key
+from vla_trainer.checkpoint import read_train_state, resolve_resume, write_text_atomic
+from vla_trainer.config import check_batch_sizes, to_dict, to_yaml
+from vla_trainer.config.schema import TrainConfig
+from vla_trainer.metrics_log import MetricLogger, read_metrics, success_curve
+from vla_trainer.rl.rollout import concat_rollouts
+from vla_trainer.rl.targets import compute_targets, concat_targets
 
 @dataclass
 class TrainResult:
@@ -63,7 +63,7 @@ def train(cfg: TrainConfig, run_dir: str | Path | None = None) -> TrainResult:
         NonFiniteLossError: NaN/inf loss or gradient (the last good checkpoint stays as it was).
         WorkerError: a Ray worker died (its error is in the message).
     """
-    from .runtime import make_runtime
+    from vla_trainer.runtime import make_runtime
 
     run_dir = Path(run_dir or Path(cfg.runner.logger.log_path) / cfg.runner.logger.experiment_name)
     resume_from = resolve_resume(cfg.runner.resume_dir, run_dir) if cfg.runner.resume_dir else None

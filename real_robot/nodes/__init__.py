@@ -9,5 +9,5 @@
 Importing these modules loads no rclpy, numpy or vendor SDK; each node imports them in ``main()``
 (rclpy before pyrealsense2: the other order crashes the camera process at exit). Nothing here imports
 ``vla_envs`` or ``vla_trainer``: the policy node, which builds the twin's observation, lives in
-``vla_trainer.ros_policy_node``.
+``vla_trainer.deploy.ros_policy_node``.
 """

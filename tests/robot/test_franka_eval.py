@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vla_trainer.franka_eval import CheckpointMismatchError, check_fit, main, summary
-from vla_trainer.serve import PolicySpec
+from vla_trainer.deploy.franka_eval import CheckpointMismatchError, check_fit, main, summary
+from vla_trainer.deploy.serve import PolicySpec
 
 WARM_START = Path(__file__).resolve().parents[2] / "warm_start" / "tiny-openvla-oft-put-on-plate"
 SPEC = PolicySpec(image_size=64, state_dim=16, chunk_size=8, action_dim=7, camera_crop=(190, 80, 460, 350),

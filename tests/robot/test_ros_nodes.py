@@ -136,7 +136,7 @@ def test_node_modules_keep_the_dependency_rule_and_import_light():
             for name in names:
                 assert name.split(".")[0] not in ("vla_envs", "vla_trainer"), f"{path.name} imports {name}"
     code = ("import sys, real_robot.nodes.spec, real_robot.nodes.common, real_robot.nodes.camera_node, "
-            "real_robot.nodes.bridge_node, vla_trainer.ros_graph, vla_trainer.ros_policy_node\n"
+            "real_robot.nodes.bridge_node, vla_trainer.deploy.ros_graph, vla_trainer.deploy.ros_policy_node\n"
             "print(sorted(m for m in ('numpy', 'rclpy', 'franky', 'pyrealsense2', 'torch', 'vla_envs') "
             "if m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
@@ -160,7 +160,7 @@ def test_franka_eval_graph_wires_camera_policy_and_bridge():
     assert [s.name for s in specs] == ["camera", "policy", "franka_bridge"]
     assert by_name["camera"].module == "real_robot.nodes.camera_node"
     assert by_name["camera"].parameters == {"serial": "123622270136", "width": 640, "height": 480, "fps": 30}
-    assert by_name["policy"].module == "vla_trainer.ros_policy_node"
+    assert by_name["policy"].module == "vla_trainer.deploy.ros_policy_node"
     assert by_name["policy"].remappings == (("image", "camera/color/image_raw"),)
     assert by_name["policy"].parameters["camera_crop"] == [190, 80, 460, 350]
     assert by_name["policy"].parameters["checkpoint"] == str(CHECKPOINT)

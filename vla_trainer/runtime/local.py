@@ -18,13 +18,13 @@ from pathlib import Path
 import torch
 
 from vla_trainer.build import build_policy, iteration_seed, make_env, make_optimizer
-from vla_trainer.behaviour_cloning import load_bc_demos
 from vla_trainer.checkpoint import restore_rng, rng_state, save_train_checkpoint
 from vla_trainer.config.schema import TrainConfig
-from vla_trainer.evaluation import evaluate_recipe
 from vla_trainer.models import EnvGenerators
-from vla_trainer.rollout import Rollout, collect_rollout
-from vla_trainer.update import update_policy
+from vla_trainer.rl.behaviour_cloning import load_bc_demos
+from vla_trainer.rl.evaluation import evaluate_recipe
+from vla_trainer.rl.rollout import Rollout, collect_rollout
+from vla_trainer.rl.update import update_policy
 
 
 class LocalRuntime:

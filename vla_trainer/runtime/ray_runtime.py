@@ -42,7 +42,7 @@ import torch
 
 from vla_trainer.config import ConfigError
 from vla_trainer.config.schema import TrainConfig
-from vla_trainer.rollout import Rollout
+from vla_trainer.rl.rollout import Rollout
 
 from .errors import WorkerDied, WorkerFailed
 from .placement import Placement, WorkerSpec, resolve_placement, usable_cores, visible_gpus
@@ -181,7 +181,7 @@ class RayRuntime:
     def _get(self, refs, what: str, timeout: float | None = None):
         import ray
 
-        from vla_trainer.update import NonFiniteLossError
+        from vla_trainer.rl.update import NonFiniteLossError
 
         try:
             return ray.get(refs, timeout=timeout)
@@ -325,7 +325,7 @@ class RayRuntime:
     def update(self, rollout, targets, iteration: int) -> dict:
         import ray
 
-        from vla_trainer.update import merge_rank_metrics
+        from vla_trainer.rl.update import merge_rank_metrics
 
         if self.cfg.env.enable_offload:
             for w in self.env_workers:

@@ -28,11 +28,11 @@ import numpy as np
 import torch
 
 from vla_trainer.build import build_policy, iteration_seed, make_env, make_optimizer
-from vla_trainer.behaviour_cloning import load_bc_demos
 from vla_trainer.checkpoint import restore_rng, rng_state, save_train_checkpoint
 from vla_trainer.config.schema import TrainConfig
 from vla_trainer.models import EnvGenerators
-from vla_trainer.rollout import autoreset_mode, finished_episodes, truncated_finals, values_of
+from vla_trainer.rl.behaviour_cloning import load_bc_demos
+from vla_trainer.rl.rollout import autoreset_mode, finished_episodes, truncated_finals, values_of
 
 from .placement import WorkerSpec
 
@@ -166,7 +166,7 @@ class RolloutWorker:
                 "final_values": final_values, "seconds": time.perf_counter() - t0}
 
     def evaluate(self) -> dict:
-        from vla_trainer.evaluation import evaluate_recipe
+        from vla_trainer.rl.evaluation import evaluate_recipe
 
         cfg = self.cfg
         if self.eval_env is None:
@@ -223,7 +223,7 @@ class ActorWorker:
         self.group = dist.group.WORLD
 
     def update(self, rollout, targets, iteration: int) -> dict:
-        from vla_trainer.update import update_policy
+        from vla_trainer.rl.update import update_policy
 
         all_reduce = None
         if self.world_size > 1:

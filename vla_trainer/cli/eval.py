@@ -32,7 +32,7 @@ from vla_trainer.checkpoint import load_model  # imports torch only when called:
 
 def evaluate_tasks(policy, tasks: list[str], args, asset_meta: dict) -> list[dict]:
     from vla_trainer.config.schema import EnvSplitConfig
-    from vla_trainer.evaluation import evaluate_policy, wilson_interval
+    from vla_trainer.rl.evaluation import evaluate_policy, wilson_interval
     from vla_trainer.build import make_env
     from vla_envs.wrappers import RecordVideo
 
@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
               f"({args.num_envs})", file=sys.stderr)
         return 2
     from vla_envs.tasks.put_on_plate.variants import VARIANTS, ood_table
-    from vla_trainer.evaluation import check_execute_steps
+    from vla_trainer.rl.evaluation import check_execute_steps
     from vla_trainer.models import VLAModelError, VLAPolicy
 
     if args.libero is not None:
@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     report(args.out, table, {"checkpoint": str(model_dir), "rows": rows, "averages": averages, "sampling": mode,
                              "env_kwargs": args.env_kwargs, "expert_start_phase": args.expert_start_phase})
     if baseline is not None:
-        from vla_trainer.evaluation import compare_to_baseline
+        from vla_trainer.rl.evaluation import compare_to_baseline
 
         match = [b for b in baseline if b.get("env_id") == rows[0]["env_id"]]
         if not match:
@@ -200,7 +200,7 @@ def libero_main(args) -> int:
 
     import vla_envs  # noqa: F401
     from vla_envs.backends.libero.suites import INIT_STATES_PER_TASK, suite_tasks
-    from vla_trainer.evaluation import check_execute_steps, evaluate_initial_states
+    from vla_trainer.rl.evaluation import check_execute_steps, evaluate_initial_states
     from vla_trainer.models import VLAModelError, VLAPolicy
 
     try:

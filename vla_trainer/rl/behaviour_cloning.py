@@ -14,11 +14,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .config.loading import ConfigError
-from .config.schema import TrainConfig
-from .data import SFTSamples, build_samples, resize_images
-from .models import VLAPolicy
-from .models.token_targets import nll_loss, target_token_ids
+from vla_trainer.config.loading import ConfigError
+from vla_trainer.config.schema import TrainConfig
+from vla_trainer.data import SFTSamples, build_samples, resize_images
+from vla_trainer.models import VLAPolicy
+from vla_trainer.models.token_targets import nll_loss, target_token_ids
 
 
 @dataclass

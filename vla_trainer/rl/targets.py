@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .algorithms import (
+from vla_trainer.algorithms import (
     align_values,
     broadcast_advantages,
     compute_action_level_gae,
@@ -37,8 +37,8 @@ from .algorithms import (
     trajectory_scores,
     uniform_groups,
 )
-from .config.schema import AlgorithmConfig
-from .rollout import Rollout
+from vla_trainer.config.schema import AlgorithmConfig
+from vla_trainer.rl.rollout import Rollout
 
 
 @dataclass

@@ -28,8 +28,7 @@ from typing import Callable
 
 import torch
 
-from .advantages import Targets
-from .algorithms import (
+from vla_trainer.algorithms import (
     actor_should_update,
     align_values,
     broadcast_advantages,
@@ -40,10 +39,11 @@ from .algorithms import (
     reduce_log_probs,
     value_loss,
 )
-from .behaviour_cloning import DemoBatches
-from .config.schema import TrainConfig
-from .models import ActionEvaluation, VLAPolicy
-from .rollout import Rollout
+from vla_trainer.config.schema import TrainConfig
+from vla_trainer.models import ActionEvaluation, VLAPolicy
+from vla_trainer.rl.behaviour_cloning import DemoBatches
+from vla_trainer.rl.rollout import Rollout
+from vla_trainer.rl.targets import Targets
 
 
 class NonFiniteLossError(FloatingPointError):

@@ -38,7 +38,7 @@ def check_fit(spec, *, image_size: int | None, camera_crop: tuple[int, int, int,
     """The image size and camera crop to run with, after checking the policy against the env.
 
     Args:
-        spec: ``vla_trainer.serve.PolicySpec`` of the checkpoint.
+        spec: ``vla_trainer.deploy.serve.PolicySpec`` of the checkpoint.
         image_size: asked for on the command line (None: the checkpoint's).
         camera_crop: asked for on the command line (None: the checkpoint's, if it records one).
         state_dim: the env's ``state`` width.
@@ -109,7 +109,7 @@ def _episode_row(info: dict[str, Any], label: str) -> dict[str, Any]:
 
 def summary(rows: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
     """The results table (markdown) and its numbers: both success notions with 95 % intervals."""
-    from vla_trainer.evaluation import wilson_interval
+    from vla_trainer.rl.evaluation import wilson_interval
 
     n = len(rows)
     out: dict[str, Any] = {"episodes": n}
@@ -169,7 +169,7 @@ def run_episodes(env, policy, args, out_dir: Path) -> list[dict[str, Any]]:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from vla_envs.backends.franka.twin import STATE_DIM
-    from vla_trainer.serve import PolicyService
+    from vla_trainer.deploy.serve import PolicyService
 
     try:
         policy = PolicyService(args.checkpoint)
@@ -222,10 +222,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_ros(args, crop) -> int:
-    """``--ros``: the camera, policy and bridge nodes from ``vla_trainer.ros_graph``, started
+    """``--ros``: the camera, policy and bridge nodes from ``vla_trainer.deploy.ros_graph``, started
     without the ROS 2 CLI and supervised: a node that exits stops the others (exit 1, named);
     Ctrl-C / SIGTERM / ``--ros-seconds`` stop them all (the bridge stops the arm)."""
-    from vla_trainer.ros_graph import franka_eval_graph, local_ros_env, start_nodes, stop_nodes
+    from vla_trainer.deploy.ros_graph import franka_eval_graph, local_ros_env, start_nodes, stop_nodes
 
     try:
         specs = franka_eval_graph(

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode
 
-from .models import VLAPolicy
+from vla_trainer.models import VLAPolicy
 
 
 @dataclass

@@ -24,11 +24,11 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from .models import VLAPolicy
-from .models.vision import images_to_pixel_values
-from .data import TARGETS_PER_BODY, DemoFolders, load_episodes, resize_images, scene_targets
-from .scene import PatchHead, scene_errors
-from .sft import save_checkpoint
+from vla_trainer.data import TARGETS_PER_BODY, DemoFolders, load_episodes, resize_images, scene_targets
+from vla_trainer.models import VLAPolicy
+from vla_trainer.models.vision import images_to_pixel_values
+from vla_trainer.sft.heads import PatchHead, scene_errors
+from vla_trainer.sft.train import save_checkpoint
 
 
 def load_scene_frames(demo_dirs: DemoFolders, image_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:

@@ -4,7 +4,7 @@
 
     camera (real_robot.nodes.camera_node)     --camera/color/image_raw-->  policy
     franka_bridge (real_robot.nodes.bridge_node) --joint_states, tcp_pose, ready-->  policy
-    policy (vla_trainer.ros_policy_node)       --action_chunk-->  franka_bridge  --action_sent-->
+    policy (vla_trainer.deploy.ros_policy_node)       --action_chunk-->  franka_bridge  --action_sent-->
 
 ``franka_eval_graph(...)`` returns the specs; ``start_nodes(specs, env)`` runs them as
 ``python -m module --ros-args ...`` processes (what ``franka-eval --ros`` does, no ROS 2 CLI needed)
@@ -29,7 +29,7 @@ __all__ = ["LAUNCH_ARGUMENTS", "franka_eval_graph", "graph_from_launch_arguments
 
 CAMERA_MODULE = "real_robot.nodes.camera_node"
 BRIDGE_MODULE = "real_robot.nodes.bridge_node"
-POLICY_MODULE = "vla_trainer.ros_policy_node"  # a name only: the policy is loaded in its own process
+POLICY_MODULE = "vla_trainer.deploy.ros_policy_node"  # a name only: the policy is loaded in its own process
 
 TWIN_CONTROL_PERIOD_S = 0.2
 """``vla_envs.backends.franka.twin.CONTROL_PERIOD_S`` (a test keeps the two equal)."""

@@ -1,7 +1,7 @@
 """ROS 2 policy node: a checkpoint acting on the real robot through the bridge's topics, with the
 Panda twin's observation and action (``vla_envs.backends.franka.twin``).
 
-    python -m vla_trainer.ros_policy_node --ros-args -r __node:=policy -p checkpoint:='warm_start/...' \\
+    python -m vla_trainer.deploy.ros_policy_node --ros-args -r __node:=policy -p checkpoint:='warm_start/...' \\
         -p instruction:='put carrot on plate' -r image:=camera/color/image_raw
 
 Subscribes ``image`` (``sensor_msgs/Image``, remapped to the camera's topic), ``joint_states`` and
@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         try:
             p = declare_parameters(node, PARAMETERS)
-            from vla_trainer.serve import PolicyService
+            from vla_trainer.deploy.serve import PolicyService
 
             start_s = time.monotonic()
             policy = PolicyService(p["checkpoint"], device=p["device"])

@@ -22,14 +22,14 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from .checkpoint import save_model, write_atomic_dir
-from .config.sft import SFTConfig
-from .data import TARGETS_PER_BODY, DemoFolders, SFTSamples, build_samples, epoch_pool, load_episodes, resize_images
-from .metrics_log import sft_curve
-from .models import VLAPolicy
-from .models.openvla import VLAOutput
-from .models.token_targets import nll_loss, target_token_ids
-from .scene import SlotHead
+from vla_trainer.checkpoint import save_model, write_atomic_dir
+from vla_trainer.config.sft import SFTConfig
+from vla_trainer.data import TARGETS_PER_BODY, DemoFolders, SFTSamples, build_samples, epoch_pool, load_episodes, resize_images
+from vla_trainer.metrics_log import sft_curve
+from vla_trainer.models import VLAPolicy
+from vla_trainer.models.openvla import VLAOutput
+from vla_trainer.models.token_targets import nll_loss, target_token_ids
+from vla_trainer.sft.heads import SlotHead
 
 
 def scene_loss(head: nn.Module, out: VLAOutput, target: torch.Tensor) -> torch.Tensor:

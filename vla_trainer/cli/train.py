@@ -111,7 +111,7 @@ def run_stage(args: argparse.Namespace, train) -> int:
 
 def cmd_sft(args: argparse.Namespace) -> int:
     from vla_trainer.config.sft import SFTConfig
-    from vla_trainer.sft import train_sft
+    from vla_trainer.sft.train import train_sft
 
     try:  # every setting checked before the policy is built or a demo read
         cfg = SFTConfig(**{name: getattr(args, name) for name in SFTConfig.field_names() if hasattr(args, name)})
@@ -123,7 +123,7 @@ def cmd_sft(args: argparse.Namespace) -> int:
 
 
 def cmd_pretrain_vision(args: argparse.Namespace) -> int:
-    from vla_trainer.vision_pretrain import pretrain_vision
+    from vla_trainer.sft.vision import pretrain_vision
 
     return run_stage(args, lambda policy: pretrain_vision(
         policy, args.demos, steps=args.steps, batch_size=args.batch_size, lr=args.lr, seed=args.seed,
@@ -134,7 +134,7 @@ ACTION_DIM_NAMES = ("x", "y", "z", "roll", "pitch", "yaw", "gripper")
 
 
 def cmd_publish_warm_start(args: argparse.Namespace) -> int:
-    from vla_trainer.warm_start import publish_warm_start
+    from vla_trainer.sft.warm_start import publish_warm_start
 
     try:
         env_kwargs = args.env_kwargs
@@ -152,7 +152,7 @@ def cmd_sft_report(args: argparse.Namespace) -> int:
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from vla_trainer.models import VLAModelError, VLAPolicy
-    from vla_trainer.sft import action_error_by_step
+    from vla_trainer.sft.train import action_error_by_step
 
     try:
         steps = tuple(int(t) for t in args.steps.split(","))
@@ -190,7 +190,7 @@ def cmd_collect_corrections(args: argparse.Namespace) -> int:
     import os
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from vla_trainer.corrections import collect_corrections
+    from vla_trainer.sft.corrections import collect_corrections
     from vla_trainer.models import VLAModelError, VLAPolicy
 
     try:
@@ -232,7 +232,7 @@ def cmd_rl(args: argparse.Namespace) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from vla_trainer.config import ConfigError, load_config, to_yaml
     from vla_trainer.models import VLAModelError
-    from vla_trainer.update import NonFiniteLossError
+    from vla_trainer.rl.update import NonFiniteLossError
 
     try:
         cfg = load_config(args.config, args.overrides)

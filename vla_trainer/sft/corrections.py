@@ -29,7 +29,7 @@ from tqdm import tqdm
 from vla_envs.core.backend import env_rows
 from vla_envs.demos import SCENE_BODIES, EpisodeRecorder, scene_poses
 
-from .models import VLAPolicy
+from vla_trainer.models import VLAPolicy
 
 
 def check_handover_steps(handover_steps: list[int], chunk_size: int, time_limit: int) -> None:

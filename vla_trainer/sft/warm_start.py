@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .checkpoint import publish_half_precision
-from .metrics_log import sft_curve
+from vla_trainer.checkpoint import publish_half_precision
+from vla_trainer.metrics_log import sft_curve
 
 STAGE_METRICS = ("initial_loss", "final_loss", "final_token_accuracy", "final_action_l1", "action_l1_of_zero",
                  "steps", "scene_loss_weight", "first_frame_repeats", "release_frame_repeats", "final_scene_loss",
