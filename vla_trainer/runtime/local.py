@@ -15,16 +15,12 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
-import torch
-
-from vla_trainer.build import build_policy, iteration_seed, make_env, make_optimizer
-from vla_trainer.checkpoint import restore_rng, rng_state, save_train_checkpoint
+from vla_trainer.build import iteration_seed, make_env
 from vla_trainer.config.schema import TrainConfig
 from vla_trainer.models import EnvGenerators
-from vla_trainer.rl.behaviour_cloning import load_bc_demos
+from vla_trainer.rl.actor import Actor
 from vla_trainer.rl.evaluation import evaluate_recipe
 from vla_trainer.rl.rollout import Rollout, collect_rollout
-from vla_trainer.rl.update import update_policy
 
 
 class LocalRuntime:
@@ -39,16 +35,10 @@ class LocalRuntime:
             warnings.warn(f"rollout.pipeline_stage_num={cfg.rollout.pipeline_stage_num} has no effect with "
                           "cluster.runtime=local: one process cannot overlap generation and simulation; "
                           "the pipelined rollout needs cluster.runtime=ray", stacklevel=3)
-        self.policy = build_policy(cfg, resume_from / "model" if resume_from else None)
+        self.actor = Actor(cfg, resume_from, state)
+        self.policy = self.actor.policy  # the rollout policy is the trained one
         self.chunk_size = self.policy.chunk_size
         self.image_size = self.policy.config.image_size
-        self.optimizer, self.params = make_optimizer(self.policy, cfg)
-        self.ref_policy = build_policy(cfg) if cfg.algorithm.kl_beta > 0 else None
-        self.demos = load_bc_demos(cfg, self.policy)
-        self.update_gen = torch.Generator().manual_seed(cfg.actor.seed + 1)
-        if state is not None:
-            self.optimizer.load_state_dict(state["optimizer"])
-        restore_rng(self.update_gen, state)
         self.env = make_env(cfg.env.train, self.image_size, group_size=cfg.algorithm.group_size)
         self.num_envs = self.env.num_envs
         self.asset_pack = getattr(self.env, "asset_pack", None)
@@ -67,8 +57,7 @@ class LocalRuntime:
         return rollout
 
     def update(self, rollout, targets, iteration: int) -> dict:
-        return update_policy(self.policy, self.optimizer, self.params, rollout, targets, self.cfg, iteration,
-                             self.update_gen, self.ref_policy, demos=self.demos)
+        return self.actor.update(rollout, targets, iteration)
 
     def sync_weights(self) -> float:
         return 0.0  # the rollout policy is the trained one
@@ -80,7 +69,7 @@ class LocalRuntime:
         return evaluate_recipe(self.eval_env, self.policy, cfg)
 
     def save(self, run_dir: Path, state: dict) -> Path:
-        return save_train_checkpoint(run_dir, self.cfg, self.policy, self.optimizer, {**state, **rng_state(self.update_gen)})
+        return self.actor.save(run_dir, state)
 
     def close(self) -> None:
         self.env.close()

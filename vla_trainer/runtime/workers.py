@@ -2,7 +2,7 @@
 
     EnvWorker      k sub-simulators (pipeline stages) of ``envs_per_stage`` envs each
     RolloutWorker  the rollout policy: samples action chunks, values, V(final obs); evaluation
-    ActorWorker    the trained policy and optimizer; one data-parallel rank of the update
+    ActorWorker    the trained policy and optimizer (an rl.actor.Actor); one data-parallel rank of the update
 
 What moves between them (numpy arrays and tensors; Ray passes them through its shared-memory
 object store, and the actions go from rollout worker to env worker without the driver):
@@ -27,11 +27,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from vla_trainer.build import build_policy, iteration_seed, make_env, make_optimizer
-from vla_trainer.checkpoint import restore_rng, rng_state, save_train_checkpoint
+from vla_trainer.build import build_policy, iteration_seed, make_env
 from vla_trainer.config.schema import TrainConfig
 from vla_trainer.models import EnvGenerators
-from vla_trainer.rl.behaviour_cloning import load_bc_demos
+from vla_trainer.rl.actor import Actor
 from vla_trainer.rl.rollout import autoreset_mode, finished_episodes, truncated_finals, values_of
 
 from .placement import WorkerSpec
@@ -190,15 +189,8 @@ class ActorWorker:
                  state: dict | None):
         pin(spec)
         self.cfg, self.spec, self.world_size = cfg, spec, world_size
-        resume = Path(resume_from) if resume_from else None
-        self.policy = build_policy(cfg, resume / "model" if resume else None, device=device_of(spec))
-        self.optimizer, self.params = make_optimizer(self.policy, cfg)
-        self.ref_policy = build_policy(cfg, device=device_of(spec)) if cfg.algorithm.kl_beta > 0 else None
-        self.demos = load_bc_demos(cfg, self.policy)  # every rank draws the same indices; rank 0 adds the term
-        self.update_gen = torch.Generator().manual_seed(cfg.actor.seed + 1)
-        if state is not None:
-            self.optimizer.load_state_dict(state["optimizer"])
-        restore_rng(self.update_gen, state)
+        self.actor = Actor(cfg, resume_from, state, device=device_of(spec))
+        self.policy = self.actor.policy
         self.group = None
 
     def info(self) -> dict:
@@ -223,31 +215,27 @@ class ActorWorker:
         self.group = dist.group.WORLD
 
     def update(self, rollout, targets, iteration: int) -> dict:
-        from vla_trainer.rl.update import update_policy
-
         all_reduce = None
         if self.world_size > 1:
             import torch.distributed as dist
 
             all_reduce = dist.all_reduce
-        return update_policy(self.policy, self.optimizer, self.params, rollout, targets, self.cfg, iteration,
-                             self.update_gen, self.ref_policy, demos=self.demos, rank=self.spec.rank, world_size=self.world_size,
-                             all_reduce=all_reduce)
+        return self.actor.update(rollout, targets, iteration, rank=self.spec.rank, world_size=self.world_size,
+                                 all_reduce=all_reduce)
 
     def get_weights(self) -> dict:
         return {k: v.detach().cpu() for k, v in self.policy.model.state_dict().items()}
 
     def save(self, run_dir: str, state: dict) -> Path:
-        return save_train_checkpoint(Path(run_dir), self.cfg, self.policy, self.optimizer,
-                                     {**state, **rng_state(self.update_gen)})
+        return self.actor.save(Path(run_dir), state)
 
     def offload(self) -> None:
         self.policy.model.to("cpu")
-        move_optimizer_state(self.optimizer, "cpu")
+        move_optimizer_state(self.actor.optimizer, "cpu")
 
     def onload(self) -> None:
         self.policy.model.to(device_of(self.spec))
-        move_optimizer_state(self.optimizer, device_of(self.spec))
+        move_optimizer_state(self.actor.optimizer, device_of(self.spec))
 
     def close(self) -> None:
         if self.group is not None:
