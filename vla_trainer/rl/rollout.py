@@ -1,7 +1,8 @@
 """Collecting a rollout: ``T`` chunk steps of ``N`` envs with the policy that is being trained.
 
 Read top to bottom: ``collect_rollout`` alternates generation (``policy.act`` on the current
-observations) and simulation (``env.chunk_step``), storing per chunk what the update needs:
+observations) and simulation (``env.chunk_step``), writing per chunk into a ``RolloutBuffer``
+(preallocated ``[T, N, ...]``; the Ray runtime's driver fills the same buffer) what the update needs:
 the raw observation (images uint8, instructions; model inputs are rebuilt per minibatch, which
 is cheaper to keep than float pixel tensors), the sampled action tokens, their log-probs and the
 critic's values *at rollout time* (never recomputed for the old policy), and the env's
@@ -63,6 +64,55 @@ class Rollout:
         if self.state is not None:
             obs["state"] = self.state[t, n]
         return obs
+
+
+class RolloutBuffer:
+    """One rollout's storage, written in place: every field ``[T, N, ...]`` (the shapes of the module
+    docstring), allocated once, at its first write, from that write's shape and dtype. ``rows``
+    selects the envs a write covers: all of them in one process, one worker's slice on Ray, so both
+    runtimes fill the same buffer and build the same ``Rollout``."""
+
+    TORCH_FIELDS = ("action_token_ids", "log_probs", "values", "final_values", "rewards", "terminated",
+                    "truncated", "valid")
+    NUMPY_FIELDS = ("image", "state")
+
+    def __init__(self, num_chunks: int, num_envs: int):
+        self.num_chunks, self.num_envs = num_chunks, num_envs
+        self.fields: dict[str, np.ndarray | torch.Tensor] = {}
+        self.absent: set[str] = set()  # optional fields (state, values) some write did not have
+        self.instruction = [[""] * num_envs for _ in range(num_chunks)]
+        self.episodes: dict[str, list[float]] = defaultdict(list)
+
+    def write(self, t: int, rows: slice, *, instruction, episodes: dict[str, list[float]] | None = None,
+              **values) -> None:
+        """Store chunk ``t`` of envs ``rows``: ``instruction`` (their strings), the episodes that
+        finished, and any of ``TORCH_FIELDS`` / ``NUMPY_FIELDS`` (``None``: the field is absent)."""
+        self.instruction[t][rows] = list(instruction)
+        for key, vals in (episodes or {}).items():
+            self.episodes[key].extend(vals)
+        for name, value in values.items():
+            if name not in self.TORCH_FIELDS + self.NUMPY_FIELDS:
+                raise KeyError(f"RolloutBuffer has no field {name!r}")
+            if value is None:
+                self.absent.add(name)
+                continue
+            store = self.fields.get(name)
+            if store is None:
+                shape = (self.num_chunks, self.num_envs, *value.shape[1:])
+                store = (np.zeros(shape, dtype=value.dtype) if name in self.NUMPY_FIELDS
+                         else torch.zeros(shape, dtype=value.dtype))
+                self.fields[name] = store
+            store[t, rows] = value
+
+    def rollout(self, next_values: torch.Tensor, timing: dict[str, float]) -> Rollout:
+        """The filled buffer as a ``Rollout``."""
+        get = lambda name: None if name in self.absent else self.fields[name]  # noqa: E731
+        return Rollout(image=self.fields["image"], instruction=self.instruction, state=get("state"),
+                       action_token_ids=self.fields["action_token_ids"], log_probs=self.fields["log_probs"],
+                       values=get("values"), final_values=self.fields["final_values"], next_values=next_values,
+                       rewards=self.fields["rewards"], terminated=self.fields["terminated"],
+                       truncated=self.fields["truncated"], valid=self.fields["valid"],
+                       episodes=dict(self.episodes), timing=timing)
 
 
 def obs_rows(obs: dict, rows: np.ndarray) -> dict:
@@ -135,13 +185,11 @@ def collect_rollout(env, policy: VLAPolicy, obs: dict, num_chunks: int, *, tempe
                     top_k: int | None = None, generator: torch.Generator | None = None,
                     reward_coef: float = 1.0) -> tuple[Rollout, dict]:
     """Runs ``num_chunks`` chunk steps from ``obs``; returns the rollout and the last observation."""
-    images, states, instructions, tokens, log_probs, values, final_values = [], [], [], [], [], [], []
-    rewards, terminated, truncated, valid = [], [], [], []
-    episodes: dict[str, list[float]] = defaultdict(list)
-    timing = {"generation": 0.0, "simulation": 0.0}
     n = env.num_envs
+    buffer, every = RolloutBuffer(num_chunks, n), slice(None)
+    timing = {"generation": 0.0, "simulation": 0.0}
     mode = autoreset_mode(env)
-    for _ in range(num_chunks):
+    for t in range(num_chunks):
         t0 = time.perf_counter()
         sample = policy.act(obs, temperature=temperature, top_k=top_k, generator=generator)
         t1 = time.perf_counter()
@@ -150,50 +198,29 @@ def collect_rollout(env, policy: VLAPolicy, obs: dict, num_chunks: int, *, tempe
         timing["generation"] += t1 - t0
         timing["simulation"] += t2 - t1
 
-        images.append(np.asarray(obs["image"]))
-        states.append(np.asarray(obs["state"], dtype=np.float32) if "state" in obs else None)
-        instructions.append(list(obs["instruction"]))
-        tokens.append(sample.action_token_ids.cpu())
-        log_probs.append(sample.log_probs.float().cpu())
-        values.append(None if sample.values is None else sample.values.float().cpu())
-        rewards.append(torch.as_tensor(out.rewards, dtype=torch.float32) * reward_coef)
-        terminated.append(torch.as_tensor(out.terminated))
-        truncated.append(torch.as_tensor(out.truncated))
-        valid.append(torch.as_tensor(out.valid))
-
         # bootstrap values of time-limit truncations: V(observation where the episode was cut)
-        fv = torch.zeros(n)
+        final_values = torch.zeros(n)
         cut, finals = truncated_finals(out, mode)
         if cut.size and sample.values is not None:
             t3 = time.perf_counter()
-            fv[cut] = values_of(policy, finals, temperature, top_k).cpu()
+            final_values[cut] = values_of(policy, finals, temperature, top_k).cpu()
             timing["generation"] += time.perf_counter() - t3
-        final_values.append(fv)
 
-        for key, vals in finished_episodes(out.info).items():
-            episodes[key].extend(vals)
+        buffer.write(
+            t, every, instruction=obs["instruction"], episodes=finished_episodes(out.info),
+            image=np.asarray(obs["image"]),
+            state=np.asarray(obs["state"], dtype=np.float32) if "state" in obs else None,
+            action_token_ids=sample.action_token_ids.cpu(), log_probs=sample.log_probs.float().cpu(),
+            values=None if sample.values is None else sample.values.float().cpu(), final_values=final_values,
+            rewards=torch.as_tensor(out.rewards, dtype=torch.float32) * reward_coef,
+            terminated=torch.as_tensor(out.terminated), truncated=torch.as_tensor(out.truncated),
+            valid=torch.as_tensor(out.valid))
         obs = out.obs
 
     t0 = time.perf_counter()
-    next_values = values_of(policy, obs, temperature, top_k) if values[0] is not None else None
+    next_values = values_of(policy, obs, temperature, top_k) if "values" not in buffer.absent else None
     timing["generation"] += time.perf_counter() - t0
-    rollout = Rollout(
-        image=np.stack(images),
-        instruction=instructions,
-        action_token_ids=torch.stack(tokens),
-        log_probs=torch.stack(log_probs),
-        values=None if values[0] is None else torch.stack(values),
-        final_values=torch.stack(final_values),
-        next_values=torch.zeros(n) if next_values is None else next_values.cpu(),
-        rewards=torch.stack(rewards),
-        terminated=torch.stack(terminated),
-        truncated=torch.stack(truncated),
-        valid=torch.stack(valid),
-        state=None if any(x is None for x in states) else np.stack(states),
-        episodes=dict(episodes),
-        timing=timing,
-    )
-    return rollout, obs
+    return buffer.rollout(torch.zeros(n) if next_values is None else next_values.cpu(), timing), obs
 
 
 def concat_rollouts(rollouts: list[Rollout]) -> Rollout:

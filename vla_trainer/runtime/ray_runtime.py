@@ -34,7 +34,6 @@ from __future__ import annotations
 import os
 import time
 import warnings
-from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -42,7 +41,7 @@ import torch
 
 from vla_trainer.config import ConfigError
 from vla_trainer.config.schema import TrainConfig
-from vla_trainer.rl.rollout import Rollout
+from vla_trainer.rl.rollout import Rollout, RolloutBuffer
 
 from .errors import WorkerDied, WorkerFailed
 from .placement import Placement, WorkerSpec, resolve_placement, usable_cores, visible_gpus
@@ -285,42 +284,33 @@ class RayRuntime:
         # global env order is (env worker, stage): position of (s, e) in a chunk's list -> rank
         order = [s * E + e for e in range(E) for s in range(k)]
         per_t = lambda xs, t: [xs[t * k * E + j] for j in order]  # noqa: E731
-        cat_t = lambda parts: torch.cat([torch.from_numpy(np.array(x)) for x in parts])  # noqa: E731
-        images, states, instructions, tokens, log_probs, values, finals, rewards = [], [], [], [], [], [], [], []
-        terminated, truncated, valid = [], [], []
-        episodes: dict[str, list[float]] = defaultdict(list)
+        to_t = lambda x: torch.from_numpy(np.array(x))  # noqa: E731
+        buffer = RolloutBuffer(T, self.num_envs)
         gen_s = sim_s = 0.0
         for t in range(T):
             o, a, r = per_t(obs_in, t), per_t(acts, t), per_t(recs, t)
-            images.append(np.concatenate([np.asarray(x["obs"]["image"]) for x in o]))
-            instructions.append([s for x in o for s in x["obs"]["instruction"]])
-            states.append(np.concatenate([np.asarray(x["obs"]["state"], dtype=np.float32) for x in o])
-                          if all("state" in x["obs"] for x in o) else None)
-            tokens.append(torch.cat([x["token_ids"] for x in a]))
-            log_probs.append(torch.cat([x["log_probs"] for x in a]))
-            values.append(None if a[0]["values"] is None else torch.cat([x["values"] for x in a]))
-            nxt = per_t(acts, t + 1) if t + 1 < T else [tails[j] for j in order]
-            finals.append(torch.cat([x["final_values"] for x in nxt]))
-            rewards.append(cat_t([x["rewards"] for x in r]).float() * self.cfg.env.train.reward_coef)
-            terminated.append(cat_t([x["terminated"] for x in r]))
-            truncated.append(cat_t([x["truncated"] for x in r]))
-            valid.append(cat_t([x["valid"] for x in r]))
-            for x in r:
-                for key, v in x["episodes"].items():
-                    episodes[key].extend(np.asarray(v).tolist())
+            nxt = per_t(acts, t + 1) if t + 1 < T else [tails[j] for j in order]  # they hold V(final obs)
+            start = 0
+            for obs_out, act, rec, after in zip(o, a, r, nxt):
+                obs = obs_out["obs"]
+                rows = slice(start, start + len(obs["instruction"]))
+                start = rows.stop
+                buffer.write(
+                    t, rows, instruction=obs["instruction"],
+                    episodes={key: np.asarray(v).tolist() for key, v in rec["episodes"].items()},
+                    image=np.asarray(obs["image"]),
+                    state=np.asarray(obs["state"], dtype=np.float32) if "state" in obs else None,
+                    action_token_ids=act["token_ids"], log_probs=act["log_probs"], values=act["values"],
+                    final_values=after["final_values"],
+                    rewards=to_t(rec["rewards"]).float() * self.cfg.env.train.reward_coef,
+                    terminated=to_t(rec["terminated"]), truncated=to_t(rec["truncated"]), valid=to_t(rec["valid"]))
             gen_s += sum(x["seconds"] for x in a)
             sim_s += sum(x["seconds"] for x in r)
         tails = [tails[j] for j in order]
         gen_s += sum(x["seconds"] for x in tails)
         next_values = (torch.zeros(self.num_envs) if tails[0]["next_values"] is None
                        else torch.cat([x["next_values"] for x in tails]))
-        return Rollout(image=np.stack(images), instruction=instructions, action_token_ids=torch.stack(tokens),
-                       log_probs=torch.stack(log_probs), values=None if values[0] is None else torch.stack(values),
-                       final_values=torch.stack(finals), next_values=next_values, rewards=torch.stack(rewards),
-                       terminated=torch.stack(terminated), truncated=torch.stack(truncated), valid=torch.stack(valid),
-                       state=None if any(x is None for x in states) else np.stack(states),
-                       episodes=dict(episodes),
-                       timing={"generation": gen_s, "simulation": sim_s, "rollout_wall": wall})
+        return buffer.rollout(next_values, {"generation": gen_s, "simulation": sim_s, "rollout_wall": wall})
 
     def update(self, rollout, targets, iteration: int) -> dict:
         import ray
