@@ -14,7 +14,7 @@ from tiny_vla import tiny  # noqa: F401  (sets HF_HUB_OFFLINE and one torch thre
 from vla_trainer.config import load_config
 from vla_trainer.models import load_pretrained
 
-SHIPPED = Path(__file__).resolve().parents[1] / "warm_start" / "tiny-openvla-oft-put-on-plate"
+SHIPPED = Path(__file__).resolve().parents[2] / "warm_start" / "tiny-openvla-oft-put-on-plate"
 
 
 def test_loads_as_the_float32_tiny_oft_preset_with_learned_slots():

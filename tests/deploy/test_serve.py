@@ -14,7 +14,7 @@ import pytest
 
 from vla_trainer.deploy.serve import PolicyClient, PolicyServer, PolicyService, ProtocolError, decode, encode, read_frame
 
-WARM_START = Path(__file__).resolve().parents[1] / "warm_start" / "tiny-openvla-oft-put-on-plate"
+WARM_START = Path(__file__).resolve().parents[2] / "warm_start" / "tiny-openvla-oft-put-on-plate"
 
 
 @pytest.fixture(scope="module")

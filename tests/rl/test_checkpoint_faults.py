@@ -139,7 +139,7 @@ def test_a_real_full_file_system_keeps_the_last_checkpoint(saver, tmp_path):
 def test_killed_mid_save_the_last_whole_checkpoint_is_always_found(saver, tmp_path):
     script, _ = saver
     run = tmp_path / "run"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     rng = np.random.default_rng(0)
     start, found = 1, []
     for _ in range(6):

@@ -75,7 +75,7 @@ def _wait_gone(pids, seconds=20.0):
     return [p for p in pids if _alive(p)]
 
 
-SHIPPED = Path(__file__).resolve().parents[1] / "warm_start" / "tiny-openvla-oft-put-on-plate"
+SHIPPED = Path(__file__).resolve().parents[2] / "warm_start" / "tiny-openvla-oft-put-on-plate"
 
 
 @pytest.mark.parametrize("model", ["preset", "shipped"])
