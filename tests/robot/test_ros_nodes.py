@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from real_robot.nodes.spec import NodeSpec, local_ros_env, start_nodes, stop_nodes
-from vla_trainer import ros_graph
+from vla_trainer.deploy import ros_graph
 
 ROOT = Path(__file__).resolve().parents[2]
 CHECKPOINT = ROOT / "warm_start" / "tiny-openvla-oft-put-on-plate"

@@ -20,6 +20,7 @@ import pytest
 
 from real_robot.errors import UnsafeActionError
 from real_robot.safety import orientation_excess_rad
+from real_robot.transforms import rotvec_to_matrix
 
 FUZZ_CHUNKS = int(os.environ.get("VLA_SAFETY_FUZZ_CHUNKS", "300"))
 DYNAMICS_FACTOR = 0.2  # SafetyLimits' default max_relative_dynamics_factor
@@ -104,7 +105,11 @@ def test_fuzzed_chunks_never_leave_the_limits(layer_factory, home_tcp_position_m
                 assert np.all(target[:3, 3] >= np.minimum(lo, start) - 1e-9), (kind, action, start)
                 assert np.all(target[:3, 3] <= np.maximum(hi, start) + 1e-9), (kind, action, start)
                 assert np.all(start >= lo - TRACKING_TOLERANCE_M) and np.all(start <= hi + TRACKING_TOLERANCE_M)
-                assert orientation_excess_rad(target[:3, :3], layer.limits) <= 1e-6, (kind, action)
+                # the orientation window likewise: never further out than the measured start
+                start_R = rotvec_to_matrix(sent.rotation_rotvec_rad).T @ target[:3, :3]
+                start_excess = orientation_excess_rad(start_R, layer.limits)
+                assert start_excess <= np.radians(1.0), (kind, action)
+                assert orientation_excess_rad(target[:3, :3], layer.limits) <= start_excess + 1e-6, (kind, action)
                 measured = layer.observation().T_base_from_tcp
                 outside = max(outside, float(np.max(np.maximum(lo - measured[:3, 3], measured[:3, 3] - hi))))
                 assert outside <= TRACKING_TOLERANCE_M, (kind, action, measured[:3, 3])
