@@ -91,3 +91,14 @@ def test_vla_eval_from_an_expert_phase_is_labelled_and_starts_there(tmp_path, mo
     with pytest.raises(SystemExit) as exit_info:
         vla_eval(common + ["--expert-start-phase", "fly"])
     assert exit_info.value.code == 2 and "--expert-start-phase 'fly': one of" in capsys.readouterr().err
+
+
+def test_its_model_code_is_the_package_code():
+    # save_pretrained copies the model code beside the weights so that transformers' trust_remote_code
+    # loads the folder without this package; a change to vla_trainer/models/ must be published again
+    # (scripts/make_warm_start.sh, or vla-train publish-warm-start), or the copy runs stale code.
+    models = Path(__file__).resolve().parents[2] / "vla_trainer" / "models"
+    copies = sorted(SHIPPED.glob("*.py"))
+    assert {p.name for p in copies} >= {"config.py", "openvla.py", "oft.py"}
+    stale = [p.name for p in copies if p.read_bytes() != (models / p.name).read_bytes()]
+    assert not stale, f"warm start model code differs from vla_trainer/models/: {stale}"
