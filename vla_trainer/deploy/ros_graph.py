@@ -36,7 +36,7 @@ TWIN_CONTROL_PERIOD_S = 0.2
 TWIN_REST_JOINT_POSITIONS_RAD = (0.0, 0.3927, 0.0, -1.9635, 0.0, 2.3562, 0.7854)
 """``vla_envs.backends.franka.twin.TWIN_REST_JOINT_POSITIONS_RAD``, where the bridge's ``~/home`` goes:
 every twin episode starts there (a test keeps the two equal; copied so that this module needs no numpy)."""
-DEFAULT_CAMERA_FILE = (Path(__file__).resolve().parents[1] / "vla_envs" / "tasks" / "put_on_plate"
+DEFAULT_CAMERA_FILE = (Path(__file__).resolve().parents[2] / "vla_envs" / "tasks" / "put_on_plate"
                        / "default_camera.json")
 """The twin's default camera file (read as JSON here, without importing ``vla_envs``)."""
 
