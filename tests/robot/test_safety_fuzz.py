@@ -60,6 +60,7 @@ def chunk_stream(rng: np.random.Generator, n_chunks: int):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(max(600, int(0.2 * FUZZ_CHUNKS)))  # about 0.1 s a chunk: steps are paced to 50 Hz
 @pytest.mark.reliability(fault="random and adversarial action chunks (NaN, inf, huge, oscillating, drifting "
                                "to every face, spinning) into franky-sim", cases=FUZZ_CHUNKS,
                          outcome="the command and the measured TCP stay in the box and the orientation window, "
