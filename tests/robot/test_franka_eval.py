@@ -148,7 +148,8 @@ def test_sigint_mid_episode_stops_the_arm_and_exits_130(franky_sim, recording, t
                 break
         time.sleep(1.0)
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=10) == 130
+        # about 2 s on an idle machine; once, in the full suite on 2 busy cores, more than 10 s
+        assert proc.wait(timeout=30) == 130
         assert "the arm was stopped" in proc.stderr.read()
     finally:
         if proc.poll() is None:
