@@ -149,7 +149,12 @@ def test_sigint_mid_episode_stops_the_arm_and_exits_130(franky_sim, recording, t
         time.sleep(1.0)
         proc.send_signal(signal.SIGINT)
         # about 2 s on an idle machine; once, in the full suite on 2 busy cores, more than 10 s
-        assert proc.wait(timeout=30) == 130
+        try:
+            code = proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            pytest.fail(f"franka-eval did not exit 30 s after SIGINT; its stderr:\n{proc.communicate()[1][-4000:]}")
+        assert code == 130
         assert "the arm was stopped" in proc.stderr.read()
     finally:
         if proc.poll() is None:
