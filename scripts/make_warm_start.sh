@@ -71,7 +71,8 @@ case "$PATCH_POSITIONS" in sincos|none) ;; *) echo "error: VLA_PATCH_POSITIONS=$
 case "$LAYOUT_TOKEN" in linear|none) ;; *) echo "error: VLA_LAYOUT_TOKEN=$LAYOUT_TOKEN: use linear or none" >&2; exit 2 ;; esac
 bash scripts/setup.sh maniskill
 export HF_HUB_OFFLINE=1
-source scripts/main_job_env.sh
+# the scene the main job's RL and evaluation see (its recipe's env.train.env_kwargs): the demos are recorded in it
+ENV_KWARGS="$(.venv/bin/vla-train rl --config cpu_ppo_tiny_put_on_plate --print-config env.train.env_kwargs)"
 LAST="$STAGES"; [ "$STATE_STEPS" -eq 0 ] || LAST=$((STAGES + 1))
 mkdir -p "$DIR"
 

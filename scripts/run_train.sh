@@ -31,8 +31,8 @@ case "$TASK" in
   easy) if [ "$ALG" != grpo ]; then
           echo "error: VLA_ALGORITHM=$ALG: the easy task has a GRPO recipe only; use VLA_TASK=full for PPO" >&2; exit 2
         fi
-        RECIPE="cpu_grpo_tiny_put_on_plate_easy"; EVAL_TASK=PutOnPlateInScene25EasyHeldOut-v3 ;;
-  full) RECIPE="cpu_${ALG}_tiny_put_on_plate"; EVAL_TASK=PutOnPlateInScene25Main-v3 ;;
+        RECIPE="cpu_grpo_tiny_put_on_plate_easy" ;;
+  full) RECIPE="cpu_${ALG}_tiny_put_on_plate" ;;
   *) echo "error: VLA_TASK=$TASK: use easy (the curriculum variant, the default) or full (PutOnPlateInScene25Main-v3)" >&2
      exit 2 ;;
 esac
@@ -61,7 +61,9 @@ case "$WARM" in
 esac
 bash scripts/setup.sh maniskill
 export HF_HUB_OFFLINE=1
-source scripts/main_job_env.sh
+# the held-out task and the scene options (low-poly Panda, procedural assets, the camera's crop) are the
+# recipe's env.eval: vla-eval reads them from it (--env-from), as the RL run did
+EVAL_TASK="$(.venv/bin/vla-train rl --config "$RECIPE" --print-config env.eval.task | tr -d '"')"
 mkdir -p "$OUT"
 
 if [ "$WARM" = train ]; then
@@ -78,8 +80,8 @@ if [ "$TASK" = full ]; then EPOCHS=(runner.max_epochs=100000); fi  # full: the w
   actor.model.model_path="$MODEL" "${EPOCHS[@]}" \
   runner.max_wall_minutes="$RL_MINUTES" "${RESUME[@]}" "$@"
 echo "== 3/3 held-out evaluation on $EVAL_TASK of the warm start and the ${ALG^^} policy (the same initial states)"
-.venv/bin/vla-eval --checkpoint "$MODEL" --task "$EVAL_TASK" --num-envs 4 --num-episodes "$EVAL_EPISODES" \
-  --seed 7 --env-kwargs "$ENV_KWARGS" --out "$OUT/eval_warm_start"
-.venv/bin/vla-eval --checkpoint "$OUT/$ALG" --task "$EVAL_TASK" --num-envs 4 --num-episodes "$EVAL_EPISODES" \
-  --seed 7 --env-kwargs "$ENV_KWARGS" --out "$OUT/eval_$ALG" --baseline "$OUT/eval_warm_start"
+.venv/bin/vla-eval --checkpoint "$MODEL" --env-from "$RECIPE" --num-envs 4 --num-episodes "$EVAL_EPISODES" \
+  --seed 7 --out "$OUT/eval_warm_start"
+.venv/bin/vla-eval --checkpoint "$OUT/$ALG" --env-from "$RECIPE" --num-envs 4 --num-episodes "$EVAL_EPISODES" \
+  --seed 7 --out "$OUT/eval_$ALG" --baseline "$OUT/eval_warm_start"
 echo "success curve: $OUT/$ALG/success_curve.png   TensorBoard: .venv/bin/tensorboard --logdir $OUT/$ALG/tensorboard"

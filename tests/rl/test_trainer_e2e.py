@@ -155,6 +155,12 @@ def test_cli_errors_name_the_key_and_print_config(capsys, tmp_path):
     assert "cpu_ppo_tiny_put_on_plate" in capsys.readouterr().err
     assert vla_train(["--config", "cpu_ppo_tiny_put_on_plate", "--print-config", "actor.optim.lr=2e-5"]) == 0
     assert "lr: 2.0e-05" in capsys.readouterr().out
+    # one part as JSON, which the scripts read (e.g. the scene options the demos are recorded in)
+    assert vla_train(["--config", "cpu_ppo_tiny_put_on_plate", "--print-config", "env.train.env_kwargs"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"low_poly": True, "assets": "procedural",
+                                                   "camera_crop": [190, 80, 460, 350]}
+    assert vla_train(["--config", "cpu_ppo_tiny_put_on_plate", "--print-config", "env.train.kwargs"]) == 2
+    assert "env.train has no key 'kwargs'; its keys: task," in capsys.readouterr().err
     assert vla_train(["recipes"]) == 0
     assert "maniskill_ppo_openvlaoft" in capsys.readouterr().out
     bad = [*SMALL, "runner.max_epochs=1", "actor.global_batch_size=3", "actor.micro_batch_size=1"]

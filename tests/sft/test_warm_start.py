@@ -53,16 +53,23 @@ def test_its_vision_pretraining_located_the_object_and_plate_on_held_out_episode
 
 @pytest.mark.slow
 @pytest.mark.maniskill
-def test_vla_eval_runs_the_shipped_warm_start(tmp_path, monkeypatch):
+def test_vla_eval_runs_the_shipped_warm_start(tmp_path, monkeypatch, capsys):
+    """As the main job evaluates it: on its recipe's evaluation env (``--env-from``), which the
+    command line's ``--env-kwargs`` extend."""
     from vla_trainer.cli.eval import main as vla_eval
 
     monkeypatch.setenv("VLA_ENVS_ASSET_DIR", str(tmp_path / "assets"))
-    kwargs = {**load_config("cpu_ppo_tiny_put_on_plate").env.eval.env_kwargs, "time_limit": 8}
+    recipe = load_config("cpu_grpo_tiny_put_on_plate_easy").env.eval
     assert vla_eval(["--checkpoint", str(SHIPPED), "--num-envs", "1", "--num-episodes", "1",
-                     "--vectorization", "serial", "--env-kwargs", json.dumps(dict(kwargs)),
-                     "--out", str(tmp_path / "eval")]) == 0
-    row = json.loads((tmp_path / "eval" / "eval.json").read_text())["rows"][0]
+                     "--vectorization", "serial", "--env-from", "cpu_grpo_tiny_put_on_plate_easy",
+                     "--env-kwargs", '{"time_limit": 8}', "--out", str(tmp_path / "eval")]) == 0
+    report = json.loads((tmp_path / "eval" / "eval.json").read_text())
+    assert report["env_kwargs"] == {**recipe.env_kwargs, "time_limit": 8}
+    row = report["rows"][0]
+    assert row["env_id"] == recipe.task == "PutOnPlateInScene25EasyHeldOut-v3"
     assert row["num_episodes"] == 1 and row["length"] == 8 and row["asset_pack"] == "procedural"
+    assert vla_eval(["--checkpoint", str(SHIPPED), "--env-from", "cpu_grpo_tiny_put_on_plate_eazy"]) == 2
+    assert "--env-from cpu_grpo_tiny_put_on_plate_eazy" in capsys.readouterr().err
 
 
 @pytest.mark.slow

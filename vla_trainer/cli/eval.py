@@ -63,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--checkpoint", type=Path, required=True,
                    help="model folder, training checkpoint folder or run folder (latest checkpoint)")
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--task", default="PutOnPlateInScene25Main-v3", help="env id (default: %(default)s)")
+    g.add_argument("--task", default=None,
+                   help="env id (default: --env-from's evaluation task, else PutOnPlateInScene25Main-v3)")
     g.add_argument("--ood", action="store_true", help="every PutOnPlateInScene25 variant, with category averages")
     g.add_argument("--libero", default=None, metavar="SUITES",
                    help="LIBERO suites, comma-separated, or 'all' (the five of LIBERO-130): per-suite success")
@@ -79,6 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--terminate", action="store_true",
                    help="end episodes at success (default: run to the time limit, so success_at_end is meaningful)")
     p.add_argument("--env-kwargs", type=json_object, default="{}", help="JSON of extra gym.make arguments, e.g. '{\"low_poly\": true}'")
+    p.add_argument("--env-from", default=None, metavar="RECIPE",
+                   help="evaluate on a training recipe's evaluation env (a shipped recipe name or a YAML path): its "
+                        "env.eval task and env_kwargs, which --task and --env-kwargs then change")
     p.add_argument("--vectorization", default="pool", choices=("pool", "serial"))
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--video", type=Path, default=None, help="write a tiled video of the (first) task's episodes")
@@ -102,6 +106,11 @@ def main(argv: list[str] | None = None) -> int:
             p.error("--expert-start-phase is for one PutOnPlate task (--task), not --ood or --libero")
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    try:
+        resolve_env(args)
+    except ValueError as e:
+        print(f"error: --env-from {args.env_from}: {e}", file=sys.stderr)
+        return 2
     baseline = None
     if args.baseline is not None:
         path = args.baseline / "eval.json" if args.baseline.is_dir() else args.baseline
@@ -166,6 +175,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nagainst the baseline {args.baseline}:")
         print("\n".join(compare_to_baseline(match[0], rows[0])))
     return 0
+
+
+def resolve_env(args: argparse.Namespace) -> None:
+    """Fills ``args.task`` and ``args.env_kwargs`` from ``--env-from``'s ``env.eval`` (what the run
+    evaluated on while training), the command line's own values taking precedence."""
+    task, env_kwargs = "PutOnPlateInScene25Main-v3", {}
+    if args.env_from is not None:
+        from vla_trainer.config import load_config
+
+        env = load_config(args.env_from).env.eval  # a ConfigError is a ValueError
+        task, env_kwargs = env.task, dict(env.env_kwargs)
+    if args.task is None:
+        args.task = task
+    args.env_kwargs = {**env_kwargs, **args.env_kwargs}
 
 
 def sampling_mode(args: argparse.Namespace) -> str:

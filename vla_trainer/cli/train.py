@@ -234,14 +234,19 @@ def cmd_rl(args: argparse.Namespace) -> int:
     from vla_trainer.models import VLAModelError
     from vla_trainer.rl.update import NonFiniteLossError
 
+    if args.print_config and "=" in args.print_config:  # an override after a bare --print-config
+        args.overrides.insert(0, args.print_config)
+        args.print_config = ""
     try:
         cfg = load_config(args.config, args.overrides)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    if args.print_config:
+    if args.print_config == "":
         print(to_yaml(cfg))
         return 0
+    if args.print_config is not None:
+        return print_config_key(cfg, args.print_config)
     import signal
 
     from vla_trainer.checkpoint import CheckpointWriteError
@@ -294,6 +299,25 @@ SUBCOMMANDS = ("rl", "sft", "pretrain-vision", "sft-report", "collect-correction
                "recipes")
 
 
+def print_config_key(cfg, key: str) -> int:
+    """Prints the resolved recipe's value at the dotted ``key`` as JSON (exit 2 naming the key's
+    first unknown part and the keys allowed there)."""
+    import json
+    from dataclasses import asdict, is_dataclass
+
+    node = cfg
+    for i, part in enumerate(key.split(".")):
+        keys = list(asdict(node)) if is_dataclass(node) else list(node) if isinstance(node, dict) else []
+        if part not in keys:
+            where = ".".join(key.split(".")[:i]) or "the recipe"
+            print(f"error: --print-config {key}: {where} has no key {part!r}; its keys: {', '.join(keys) or 'none'}",
+                  file=sys.stderr)
+            return 2
+        node = getattr(node, part) if is_dataclass(node) else node[part]
+    print(json.dumps(asdict(node) if is_dataclass(node) else node))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vla-train", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -301,7 +325,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--config", required=True, help="a shipped recipe name (vla-train recipes) or a YAML path")
     r.add_argument("--run-dir", type=Path, default=None,
                    help="output folder (default: runner.logger.log_path/runner.logger.experiment_name)")
-    r.add_argument("--print-config", action="store_true", help="print the resolved recipe and exit")
+    r.add_argument("--print-config", nargs="?", const="", default=None, metavar="KEY",
+                   help="print the resolved recipe and exit; with KEY (e.g. env.train.env_kwargs) only that "
+                        "part, as JSON (for scripts)")
     r.add_argument("overrides", nargs="*", metavar="key=value", help="recipe overrides, e.g. actor.optim.lr=3e-5")
     r.set_defaults(func=cmd_rl)
     c = sub.add_parser("recipes", help="list the shipped recipes")
