@@ -5,7 +5,9 @@ return a ``ChunkVectorEnv``. Keyword arguments are the backend's (``sim_backend`
 ``image_size``, ...) plus the contract's (``auto_reset``, ``ignore_terminations``,
 ``chunk_reset``, ``use_fixed_reset_state_ids``, ``group_size``, ...). ``evaluation=True`` makes an
 env that measures a policy: a task's training-only options (``TaskSpec.training_only``, e.g.
-PutOnPlate's expert starts, LIBERO's fast rendering) are then refused.
+PutOnPlate's expert starts, LIBERO's fast rendering) are then refused. A task's options are typed
+(``TaskSpec.options``, e.g. ``tasks.put_on_plate.options.PutOnPlateOptions``): an unknown name or
+a bad value is refused, naming it, before anything is built.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any, Callable
 
 import gymnasium as gym
 
+from vla_envs.core.options import TaskOptions
 from vla_envs.errors import VlaEnvError
 
 
@@ -41,14 +44,25 @@ class TaskSpec:
     """The pip extra that installs ``requires``."""
     expert: str = ""
     """``"module:Class"`` of a scripted expert driven by the backend's ``expert_state``."""
-    training_only: dict[str, str] = field(default_factory=dict)
-    """Options an evaluation refuses when set (to anything truthy), each with why."""
+    options: type[TaskOptions] | None = None
+    """The task's typed options (``core.options.TaskOptions``): their names, checks, and which
+    are training only. None: the factory checks its own arguments."""
 
-    def check_evaluation_kwargs(self, kwargs: dict[str, Any], where: str = "") -> None:
-        """Raises ``ValueError`` naming the first training-only option ``kwargs`` sets."""
-        for name, why in self.training_only.items():
-            if kwargs.get(name):
-                raise ValueError(f"{where}{name} {why}: for training only, never for evaluation")
+    @property
+    def training_only(self) -> dict[str, str]:
+        """Options an evaluation refuses when set (to anything truthy), each with why."""
+        return self.options.training_only() if self.options else {}
+
+    def check_kwargs(self, kwargs: dict[str, Any], *, evaluation: bool = False, where: str = "") -> None:
+        """Raises ``ValueError`` naming the first unknown or bad option of ``kwargs`` (``gym.make``'s
+        keywords), or, for an evaluation, the first training-only one it sets: what a recipe's
+        loader calls before anything is built."""
+        if evaluation:
+            for name, why in self.training_only.items():
+                if kwargs.get(name):
+                    raise ValueError(f"{where}{name} {why}: for training only, never for evaluation")
+        if self.options is not None:
+            self.options.split(kwargs, where=where)
 
     def backend_installed(self) -> bool:
         return all(importlib.util.find_spec(m) is not None for m in self.requires)
@@ -86,13 +100,13 @@ _PUT_ON_PLATE = "vla_envs.tasks.put_on_plate.make:make_put_on_plate_vector_env"
 
 
 def _put_on_plate_specs() -> dict[str, TaskSpec]:
+    from vla_envs.tasks.put_on_plate.options import PutOnPlateOptions
     from vla_envs.tasks.put_on_plate.variants import CURRICULUM, VARIANTS
 
     return {env_id: TaskSpec(env_id, "maniskill", f"put-on-plate/{v.category}", 80, _PUT_ON_PLATE,
                              {"variant": env_id}, ("mani_skill", "sapien"), "maniskill",
                              expert="vla_envs.tasks.put_on_plate.expert:ScriptedExpert",
-                             training_only={"expert_start_phases": "starts episodes where the scripted expert "
-                                                                   "left them"})
+                             options=PutOnPlateOptions)
             for env_id, v in (VARIANTS | CURRICULUM).items()}
 
 
@@ -102,11 +116,12 @@ _LIBERO = "vla_envs.backends.libero.make:make_libero_vector_env"
 
 
 def _libero_specs() -> dict[str, TaskSpec]:
+    from vla_envs.backends.libero.options import LiberoOptions
     from vla_envs.backends.libero.suites import GROUPS, max_steps  # data only: LIBERO is imported lazily
 
     return {group: TaskSpec(group, "libero", "libero", max_steps(group), _LIBERO, {"group": group},
                             ("libero", "robosuite", "mujoco"), "libero",
-                            training_only={"fast_render": "changes the rendered pixels (anti-aliasing off)"})
+                            options=LiberoOptions)
             for group in GROUPS}
 
 
@@ -133,7 +148,7 @@ def _entry_point(env_id: str) -> Callable[..., Any]:
     def make(num_envs: int = 1, evaluation: bool = False, **kwargs: Any):
         spec = get_task(env_id)
         if evaluation:
-            spec.check_evaluation_kwargs(kwargs, where=f"{env_id}: ")
+            spec.check_kwargs(kwargs, evaluation=True, where=f"{env_id}: ")
         if not spec.backend_installed():
             from vla_envs.errors import BackendNotInstalledError
 

@@ -46,7 +46,7 @@ from vla_envs.tasks.put_on_plate import episodes, rewards
 from vla_envs.tasks.put_on_plate.assets import AssetPack
 from vla_envs.tasks.put_on_plate.camera import CameraFile, load_camera_file
 from vla_envs.tasks.put_on_plate.expert import OPEN, PHASES, ScriptedExpert
-from vla_envs.tasks.put_on_plate.make import REWARD_MODES
+from vla_envs.tasks.put_on_plate.options import REWARD_MODES
 from vla_envs.tasks.put_on_plate.robots import ensure_lowpoly_panda  # noqa: F401 (registers it)
 from vla_envs.tasks.put_on_plate.variants import get_variant
 
