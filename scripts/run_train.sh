@@ -68,7 +68,7 @@ mkdir -p "$OUT"
 
 if [ "$WARM" = train ]; then
   echo "== 1/3 the warm start, trained here -> $OUT/warm_start"
-  bash scripts/make_warm_start.sh "$OUT/warm_start"
+  bash scripts/make_warm_start.sh tiny_put_on_plate --out "$OUT/warm_start"
 fi
 echo "== 2/3 ${ALG^^} on $([ "$TASK" = easy ] && echo "the curriculum variant PutOnPlateInScene25Easy-v3" \
   || echo PutOnPlateInScene25Main-v3) from the warm start $MODEL -> $OUT/$ALG"

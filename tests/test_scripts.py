@@ -28,32 +28,29 @@ def run_script(script: str, *args: str, env: dict[str, str] | None = None, cwd: 
     ("run_train.sh", {"VLA_RL_MINUTES": "0"}, "VLA_RL_MINUTES=0: minutes of RL wall time, a number above 0"),
     ("run_train.sh", {"VLA_EVAL_EPISODES": "-5"}, "VLA_EVAL_EPISODES=-5: a number of held-out episodes, at least 1"),
     ("run_train.sh", {"VLA_WARM_START": "no/such/folder"}, "no/such/folder is not a checkpoint folder (no config.json)"),
-    ("make_warm_start.sh", {"VLA_STATE_STAGE_STEPS": "lots"},
-     "VLA_STATE_STAGE_STEPS=lots: a number of steps, 0 for no robot-state stage"),
-    ("make_warm_start.sh", {"VLA_SFT_STEPS": "0"}, "VLA_SFT_STEPS=0: a number of steps, at least 1"),
-    ("make_warm_start.sh", {"VLA_SFT_STAGES": "-1"}, "VLA_SFT_STAGES=-1: a number of continuation stages"),
-    ("make_warm_start.sh", {"VLA_FIRST_FRAME_REPEATS": "0"}, "VLA_FIRST_FRAME_REPEATS=0"),
-    ("make_warm_start.sh", {"VLA_SCENE_LOSS_WEIGHT": "heavy"}, "VLA_SCENE_LOSS_WEIGHT=heavy: a weight"),
-    ("make_warm_start.sh", {"VLA_EXPERT_MAX_SPEED": "-1"}, "VLA_EXPERT_MAX_SPEED=-1"),
-    ("make_warm_start.sh", {"VLA_PATCH_POSITIONS": "rope"}, "VLA_PATCH_POSITIONS=rope: use sincos or none"),
-    ("make_warm_start.sh", {"VLA_LAYOUT_TOKEN": "mlp"}, "VLA_LAYOUT_TOKEN=mlp: use linear or none"),
 ])
 def test_scripts_refuse_bad_settings_before_setup(tmp_path, script, setting, message):
-    out = tmp_path / "out"   # run_train.sh's run dir, make_warm_start.sh's output dir
-    args = (str(out),) if script == "make_warm_start.sh" else ()
-    result = run_script(script, *args, env={**setting, "VLA_RUN_DIR": str(out), "VLA_VENV": str(tmp_path / "venv")})
+    out = tmp_path / "out"   # run_train.sh's run dir
+    result = run_script(script, env={**setting, "VLA_RUN_DIR": str(out), "VLA_VENV": str(tmp_path / "venv")})
     assert result.returncode == 2, result.stderr
     assert message in result.stderr
     assert "[setup]" not in result.stderr and not out.exists() and not (tmp_path / "venv").exists()
 
 
-@pytest.mark.parametrize("args", [("DIR", "--publsh"), ("DIR", "--publish", "extra"), ("--publish",)])
-def test_make_warm_start_refuses_unknown_arguments(tmp_path, args):
+@pytest.mark.parametrize("args, message", [
+    (("tiny_put_on_plate_eazy",), "warm-start recipe 'tiny_put_on_plate_eazy': shipped ones: tiny_put_on_plate "
+                                  "tiny_put_on_plate_easy"),
+    (("no/such.yaml",), "recipe file no/such.yaml does not exist"),
+    (("tiny_put_on_plate", "--publsh"), "argument '--publsh': usage: bash scripts/make_warm_start.sh [RECIPE]"),
+    (("tiny_put_on_plate", "--out"), "--out needs a folder"),
+    (("tiny_put_on_plate", "--out", "DIR", "extra"), "argument 'extra'"),
+])
+def test_make_warm_start_refuses_unknown_arguments_before_setup(tmp_path, args, message):
     args = tuple(str(tmp_path / "warm") if a == "DIR" else a for a in args)
     result = run_script("make_warm_start.sh", *args, env={"VLA_VENV": str(tmp_path / "venv")})
     assert result.returncode == 2
-    assert "usage: bash scripts/make_warm_start.sh [DIR] [--publish]" in result.stderr
-    assert not (tmp_path / "warm").exists()
+    assert message in result.stderr
+    assert not (tmp_path / "warm").exists() and not (tmp_path / "venv").exists()
 
 
 def stamp(venv: Path, *lines: str) -> None:

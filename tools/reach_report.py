@@ -26,7 +26,8 @@ import torch
 
 from vla_trainer.build import make_env
 from vla_trainer.checkpoint import resolve_model_dir
-from vla_trainer.cli.train import load_init_checkpoint, positive_float, positive_int
+from vla_envs.arguments import positive_float, positive_int
+from vla_trainer.sft.start import load_init_checkpoint
 from vla_trainer.config.schema import EnvSplitConfig
 from vla_trainer.models import VLAModelError, VLAPolicy
 from vla_trainer.rl.evaluation import round_seed

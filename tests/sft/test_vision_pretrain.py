@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -155,37 +156,55 @@ def test_cli_pretrain_rejects_plain_demos(tmp_path, capsys):
     assert "no scene poses" in capsys.readouterr().err and not (tmp_path / "v").exists()
 
 
-def test_publish_warm_start_records_what_every_stage_wrote(tmp_path, capsys):
-    """``vla-train publish-warm-start`` (what ``make_warm_start.sh --publish`` runs): float16 weights,
-    made_by.json built from the stages' own records (settings included), one curve over all stages."""
-    import shutil
-
+def test_a_warm_start_recipe_runs_its_stages_resumes_and_publishes(tmp_path, capsys):
+    """``vla-train warm-start --config RECIPE --out RUN --publish`` (what ``make_warm_start.sh`` runs):
+    vision pretraining and two SFT stages from a recipe (the demos already recorded), a run started
+    again skips its whole stages, a run folder of another recipe is refused, and the publication
+    has float16 weights, made_by.json built from the stages' own records and one curve."""
     from safetensors.torch import load_file
 
     run, out = tmp_path / "run", tmp_path / "published"
-    demos = write_scene_demos(run / "demos", episodes=10, steps=3)
-    policy = VLAPolicy(*tiny("tiny-openvla-oft", seed=0))
-    pretrain_vision(policy, demos, steps=2, batch_size=4, lr=1e-3, eval_every=1, out_dir=run / "vision",
-                    progress=False)
-    train_sft(policy, demos, SFTConfig(steps=2, batch_size=4, lr=1e-3, eval_every=1), out_dir=run / "sft_0",
-              progress=False)
-    train_sft(policy, demos, SFTConfig(steps=3, batch_size=4, lr=5e-4, seed=1, eval_every=1), out_dir=run / "sft_1",
-              progress=False)
-    shutil.copytree(run / "sft_1", run / "sft")
-    args = ["publish-warm-start", "--run", str(run), "--to", str(out), "--demo-episodes", "12", "--demo-seed", "3",
-            "--env-kwargs", '{"low_poly": true}']
-    assert cli_main(args) == 0
+    write_scene_demos(run / "demos", episodes=10, steps=3)
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(f"""
+preset: tiny-openvla-oft
+demos: {{env_id: Synthetic-v0, episodes: 12, seed: 3, env_from: cpu_ppo_tiny_put_on_plate}}
+vision: {{steps: 2, batch_size: 4, lr: 1.0e-3, eval_every: 1}}
+stages:
+  - patch_positions: sincos
+    sft: {{steps: 2, batch_size: 4, lr: 1.0e-3, eval_every: 1, eval_samples: 8}}
+  - proprio: true
+    sft: {{steps: 3, batch_size: 4, lr: 5.0e-4, seed: 1, eval_every: 1, eval_samples: 8}}
+publish_to: {out}
+""")
+    args = ["warm-start", "--config", str(recipe), "--out", str(run)]
+    assert cli_main([*args, "--publish"]) == 0, capsys.readouterr().err
     made_by = json.loads((out / "made_by.json").read_text())
+    assert made_by["command"] == f"vla-train warm-start --config {recipe}"
     assert made_by["demos"] == {"env_id": "Synthetic-v0", "asset_pack": None, "episodes_recorded": 12,
-                                "episodes_kept": 10, "seed": 3, "expert_kwargs": {}, "env_kwargs": {"low_poly": True}}
+                                "episodes_kept": 10, "seed": 3, "expert_kwargs": {},
+                                "env_kwargs": {"low_poly": True, "assets": "procedural",
+                                               "camera_crop": [190, 80, 460, 350]}}
     assert made_by["vision_pretraining"]["settings"]["batch_size"] == 4 and made_by["vision_pretraining"]["steps"] == 2
     first, second = made_by["stages"]
     assert (first["settings"]["init"], second["settings"]["init"]) == ("vision pretraining", "stage 0")
+    assert first["settings"]["patch_positions"] == "sincos" and not first["settings"]["proprio"]
     assert (second["settings"]["lr"], second["settings"]["seed"], second["steps"]) == (5e-4, 1, 3)
-    assert not second["settings"]["proprio"]
+    assert second["settings"]["proprio"]
     weights = load_file(str(out / "model.safetensors"))
     assert all(w.dtype == torch.float16 for w in weights.values() if w.is_floating_point())
     assert (out / "sft_curve.png").is_file() and not (out / "sft_metrics.json").exists()
+    # started again: nothing is retrained but the stage that is gone
+    kept = {name: (run / name / "model.safetensors").stat().st_mtime_ns for name in ("vision", "sft_0")}
+    shutil.rmtree(run / "sft_1")
+    assert cli_main(args) == 0
+    assert {name: (run / name / "model.safetensors").stat().st_mtime_ns for name in kept} == kept
+    assert (run / "sft_1" / "config.json").is_file()
+    assert "SFT stage 2 of 2" in capsys.readouterr().out
+    # the same folder with other settings would mix two recipes' stages
+    assert cli_main([*args, "stages.1.sft.steps=4"]) == 2
+    assert "made with another recipe" in capsys.readouterr().err
+    assert cli_main(["publish-warm-start", "--run", str(run), "--to", str(tmp_path / "again")]) == 0
     shutil.rmtree(run / "sft_0")
-    assert cli_main(args) == 2
-    assert "stages ['sft_0'] are missing" in capsys.readouterr().err
+    assert cli_main(["publish-warm-start", "--run", str(run), "--to", str(tmp_path / "again")]) == 2
+    assert "sft_0" in capsys.readouterr().err

@@ -12,84 +12,25 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 from pathlib import Path
 
 from vla_envs.arguments import json_object, positive_float, positive_int
 
 
-def check_demo_folders(paths: list[Path]) -> str | None:
-    """A message saying why one of ``paths`` is not a readable demo folder, or None."""
-    for path in paths:
-        if not path.exists():
-            return f"demo folder {path} does not exist"
-        if not path.is_dir():
-            return f"demo folder {path} is not a directory"
-        if not (path / "index.json").is_file():
-            return f"demo folder {path} has no index.json (record demos with: vla-envs collect-demos)"
-    return None
-
-
-def load_init_checkpoint(directory: Path, flag: str = "--init-from"):
-    """``(model, tokenizer)`` of the model that ``directory`` names: a model folder, a training
-    checkpoint or a run folder (its latest checkpoint), LoRA runs' included; ``flag``: the option
-    that named it.
-
-    Raises:
-        FileNotFoundError: ``directory`` holds no model; the message names ``flag``.
-    """
-    from vla_trainer.checkpoint import load_model
-
-    try:
-        model, tokenizer, _ = load_model(directory)
-    except FileNotFoundError as e:
-        raise FileNotFoundError(f"{flag} {e}") from None
-    return model, tokenizer
-
-
 def training_policy(args: argparse.Namespace):
     """The policy a training stage starts from (``--init-from`` or a new ``--preset`` model), or
     a message saying why it cannot be built."""
-    import os
+    from vla_trainer.sft.start import starting_policy
 
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # presets are built locally; nothing to download
-    from vla_trainer.models import PRESETS, VLAModelError, VLAPolicy, build_model
-
-    problem = check_demo_folders(args.demos)
-    if problem:
-        return problem
-    if args.preset not in PRESETS:
-        return f"unknown preset {args.preset!r}; available: {sorted(PRESETS)}"
-    overrides = {k: getattr(args, k) for k in ("slot_embeddings", "patch_positions", "layout_token") if getattr(args, k)}
-    if "slot_embeddings" in overrides and not args.preset.endswith("-oft"):
-        return f"--slot-embeddings applies to OpenVLA-OFT presets; {args.preset!r} decodes token by token"
-    if args.init_from is not None and "slot_embeddings" in overrides:
-        return "--slot-embeddings shapes a new model; with --init-from the checkpoint's slot inputs are used as is"
     try:
-        if args.init_from is not None:
-            model, tokenizer = load_init_checkpoint(args.init_from)
-            if args.patch_positions is not None and args.patch_positions != model.config.patch_positions:
-                if args.patch_positions == "none":
-                    return (f"--patch-positions none: {args.init_from} has a trained place code (sincos), "
-                            "which a continuation keeps; leave the flag out")
-                model.add_patch_positions()  # a checkpoint without a code gets a new one to learn
-            if args.layout_token is not None and args.layout_token != model.config.layout_token:
-                if args.layout_token == "none":
-                    return (f"--layout-token none: {args.init_from} has a trained layout token (linear), "
-                            "which a continuation keeps; leave the flag out")
-                model.add_layout_token()
-        else:
-            model, tokenizer = build_model(args.preset, seed=args.seed, **overrides)
-        if getattr(args, "proprio", False) and not model.config.proprio_dim:
-            from vla_trainer.data import state_stats
-
-            model.add_proprio(state_stats(args.demos))  # the demos' robot state, z-scored by their statistics
-    except (VLAModelError, FileNotFoundError, OSError, ValueError) as e:
+        return starting_policy(args.demos, preset=args.preset, init_from=args.init_from, seed=args.seed,
+                               slot_embeddings=args.slot_embeddings, patch_positions=args.patch_positions,
+                               layout_token=args.layout_token, proprio=getattr(args, "proprio", False),
+                               unnorm_key=args.unnorm_key)
+    except (ValueError, FileNotFoundError, OSError) as e:
         return str(e)
-    if tokenizer is None:
-        return (f"preset {args.preset!r} has no built-in tokenizer; only the tiny presets "
-                "can be trained from scratch here")
-    return VLAPolicy(model, tokenizer, unnorm_key=args.unnorm_key)
 
 
 def run_stage(args: argparse.Namespace, train) -> int:
@@ -133,13 +74,55 @@ def cmd_pretrain_vision(args: argparse.Namespace) -> int:
 ACTION_DIM_NAMES = ("x", "y", "z", "roll", "pitch", "yaw", "gripper")
 
 
+def cmd_warm_start(args: argparse.Namespace) -> int:
+    import os
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from vla_trainer.config import ConfigError
+    from vla_trainer.config.loading import RECIPE_DIR, load_recipe
+    from vla_trainer.config.warm_start import WarmStartConfig
+    from vla_trainer.models import VLAModelError
+    from vla_trainer.sft.warm_start import make_warm_start, publish_warm_start
+
+    try:
+        cfg = load_recipe(WarmStartConfig, args.config, args.overrides, recipe_dir=RECIPE_DIR / "warm_start")
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if args.print_config:
+        import yaml
+        from dataclasses import asdict
+
+        print(yaml.safe_dump(asdict(cfg), sort_keys=False), end="")
+        return 0
+    if args.out is None:
+        print("error: --out DIR: the folder the stages write (a run started again goes on where it stopped)",
+              file=sys.stderr)
+        return 2
+    if args.publish is not None and not args.publish and cfg.publish_to is None:
+        print(f"error: --publish: recipe {args.config} names no publish_to; give the folder: --publish DIR",
+              file=sys.stderr)
+        return 2
+    try:
+        last = make_warm_start(cfg, args.out)
+        print(f"warm start: {last}")
+        if args.publish is not None:
+            command = " ".join(["vla-train warm-start --config", str(args.config), *args.overrides])
+            print(f"published {publish_warm_start(args.out, args.publish or None, command=command)}")
+    except (FileNotFoundError, ValueError, KeyError, VLAModelError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except subprocess.CalledProcessError as e:
+        print(f"error: the demo recording failed (exit {e.returncode}); its output is above", file=sys.stderr)
+        return 1
+    return 0
+
+
 def cmd_publish_warm_start(args: argparse.Namespace) -> int:
     from vla_trainer.sft.warm_start import publish_warm_start
 
     try:
-        env_kwargs = args.env_kwargs
-        out = publish_warm_start(args.run, args.to, demo_episodes=args.demo_episodes, demo_seed=args.demo_seed,
-                                 env_kwargs=env_kwargs)
+        out = publish_warm_start(args.run, args.to)
     except (FileNotFoundError, KeyError, ValueError) as e:
         print(f"error: --run {args.run}: not a whole warm-start folder ({type(e).__name__}: {e})", file=sys.stderr)
         return 2
@@ -152,6 +135,7 @@ def cmd_sft_report(args: argparse.Namespace) -> int:
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from vla_trainer.models import VLAModelError, VLAPolicy
+    from vla_trainer.sft.start import check_demo_folders, load_init_checkpoint
     from vla_trainer.sft.train import action_error_by_step
 
     try:
@@ -162,11 +146,8 @@ def cmd_sft_report(args: argparse.Namespace) -> int:
         print(f"error: --steps {args.steps!r}: give episode steps >= 0, comma-separated, e.g. 0,1,3",
               file=sys.stderr)
         return 2
-    problem = check_demo_folders(args.demos)
-    if problem:
-        print(f"error: {problem}", file=sys.stderr)
-        return 2
     try:
+        check_demo_folders(args.demos)
         model, tokenizer = load_init_checkpoint(args.checkpoint, flag="--checkpoint")
         report = action_error_by_step(VLAPolicy(model, tokenizer), args.demos, steps)
     except (FileNotFoundError, ValueError, KeyError, VLAModelError) as e:
@@ -190,8 +171,9 @@ def cmd_collect_corrections(args: argparse.Namespace) -> int:
     import os
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from vla_trainer.sft.corrections import collect_corrections
     from vla_trainer.models import VLAModelError, VLAPolicy
+    from vla_trainer.sft.corrections import collect_corrections
+    from vla_trainer.sft.start import load_init_checkpoint
 
     try:
         handover = [int(h) for h in args.handover_steps.split(",")]
@@ -287,15 +269,20 @@ def cmd_rl(args: argparse.Namespace) -> int:
 def cmd_recipes(args: argparse.Namespace) -> int:
     from vla_trainer.config import recipe_names, recipe_path
 
-    for name in recipe_names():
-        first = recipe_path(name).read_text().splitlines()[0].lstrip("# ")
-        print(f"{name:32s} {first}")
+    from vla_trainer.config.loading import RECIPE_DIR
+
+    for title, folder in (("RL (vla-train --config NAME)", RECIPE_DIR),
+                          ("warm starts (vla-train warm-start --config NAME)", RECIPE_DIR / "warm_start")):
+        print(title)
+        for name in recipe_names(folder):
+            first = recipe_path(name, folder).read_text().splitlines()[0].lstrip("# ")
+            print(f"  {name:32s} {first}")
     return 0
 
 
 # diagnostics that live in the repository's tools/ (not installed): named, not mistaken for `rl` options
 DIAGNOSTICS = {"reach-report": "python -m tools.reach_report --help"}
-SUBCOMMANDS = ("rl", "sft", "pretrain-vision", "sft-report", "collect-corrections", "publish-warm-start",
+SUBCOMMANDS = ("rl", "sft", "pretrain-vision", "sft-report", "collect-corrections", "warm-start", "publish-warm-start",
                "recipes")
 
 
@@ -388,14 +375,24 @@ def build_parser() -> argparse.ArgumentParser:
                    help="draw each sample whose action chunk holds the release (the gripper opening "
                         "after a grasp) this many times per epoch (default: 1, every sample once)")
     p.set_defaults(func=cmd_sft)
+    m = sub.add_parser("warm-start", help="a supervised warm start from its recipe: demos, vision pretraining, "
+                                          "SFT stages (vla-train warm-start --config tiny_put_on_plate --out DIR)")
+    m.add_argument("--config", required=True,
+                   help="a shipped warm-start recipe (vla-train recipes) or a YAML path")
+    m.add_argument("--out", type=Path, default=None, help="the run folder; a run started again goes on from its "
+                                                            "last whole stage")
+    m.add_argument("--publish", nargs="?", const="", default=None, metavar="DIR",
+                   help="also write the last stage in float16 with made_by.json to DIR (default: the recipe's "
+                        "publish_to)")
+    m.add_argument("--print-config", action="store_true", help="print the resolved recipe and exit")
+    m.add_argument("overrides", nargs="*", metavar="key=value", help="recipe overrides, e.g. stages.0.sft.steps=50")
+    m.set_defaults(func=cmd_warm_start)
     w = sub.add_parser("publish-warm-start",
-                       help="a warm start made by scripts/make_warm_start.sh, in float16 with made_by.json "
-                            "(read from what its stages recorded) and one SFT curve over all stages")
-    w.add_argument("--run", type=Path, required=True, help="the script's folder (demos/, vision/, sft_0/, ..., sft/)")
-    w.add_argument("--to", type=Path, required=True, help="the folder to write (replaced atomically)")
-    w.add_argument("--demo-episodes", type=positive_int, required=True, help="episodes the demo collection ran")
-    w.add_argument("--demo-seed", type=int, required=True, help="the demo collection's seed")
-    w.add_argument("--env-kwargs", type=json_object, default="{}", help="JSON of the env options the demos were recorded with")
+                       help="a warm-start run folder in float16 with made_by.json (read from what its stages "
+                            "recorded) and one SFT curve over all stages")
+    w.add_argument("--run", type=Path, required=True, help="a vla-train warm-start --out folder")
+    w.add_argument("--to", type=Path, default=None, help="the folder to write, replaced atomically (default: the "
+                                                         "recipe's publish_to)")
     w.set_defaults(func=cmd_publish_warm_start)
     q = sub.add_parser("sft-report", help="where a warm start errs: action error per episode step and dimension")
     q.add_argument("--checkpoint", type=Path, required=True,

@@ -42,20 +42,20 @@ class ConfigWarning(UserWarning):
     """A recipe key is valid but has no effect in this configuration."""
 
 
-def recipe_names() -> list[str]:
-    return sorted(p.stem for p in RECIPE_DIR.glob("*.yaml"))
+def recipe_names(recipe_dir: Path = RECIPE_DIR) -> list[str]:
+    return sorted(p.stem for p in recipe_dir.glob("*.yaml"))
 
 
-def recipe_path(recipe: str | Path) -> Path:
-    """The YAML file of a shipped recipe name or a path."""
+def recipe_path(recipe: str | Path, recipe_dir: Path = RECIPE_DIR) -> Path:
+    """The YAML file of a shipped recipe name (in ``recipe_dir``) or a path."""
     path = Path(recipe)
     if path.suffix in (".yaml", ".yml"):
         if not path.is_file():
             raise ConfigError(f"recipe file {path} does not exist")
         return path
-    shipped = RECIPE_DIR / f"{recipe}.yaml"
+    shipped = recipe_dir / f"{recipe}.yaml"
     if not shipped.is_file():
-        raise ConfigError(f"unknown recipe {str(recipe)!r}; shipped recipes: {', '.join(recipe_names())} "
+        raise ConfigError(f"unknown recipe {str(recipe)!r}; shipped recipes: {', '.join(recipe_names(recipe_dir))} "
                           "(or pass a path to a .yaml file)")
     return shipped
 
@@ -66,7 +66,7 @@ def _explain(e: OmegaConfBaseException, where: str) -> ConfigError:
     return ConfigError(f"{where}: {key + ': ' if key else ''}{msg}")
 
 
-def _read_yaml(path: Path, seen: tuple[Path, ...] = ()):
+def _read_yaml(path: Path, seen: tuple[Path, ...] = (), recipe_dir: Path = RECIPE_DIR):
     """The recipe's keys with its ``defaults`` chain merged in (parents first)."""
     if path in seen:
         raise ConfigError(f"recipe {path}: 'defaults' chain loops through {path.name}")
@@ -84,7 +84,7 @@ def _read_yaml(path: Path, seen: tuple[Path, ...] = ()):
         parent = str(parent)
         if parent.endswith((".yaml", ".yml")) and not Path(parent).is_absolute():
             parent = str(path.parent / parent)  # relative to the recipe that names it
-        merged = OmegaConf.merge(merged, _read_yaml(recipe_path(parent), (*seen, path)))
+        merged = OmegaConf.merge(merged, _read_yaml(recipe_path(parent, recipe_dir), (*seen, path), recipe_dir))
     return OmegaConf.merge(merged, node)
 
 
@@ -95,12 +95,22 @@ def load_config(recipe: str | Path | None = None, overrides: list[str] | tuple[s
         ConfigError: an unknown key, a value of the wrong type, an override not of the form
             ``key=value``, or a rule of ``validate`` broken; the message names the key.
     """
-    base = OmegaConf.structured(TrainConfig)
+    cfg = load_recipe(TrainConfig, recipe, overrides)
+    validate(cfg)
+    return cfg
+
+
+def load_recipe(schema: type, recipe: str | Path | None = None, overrides: list[str] | tuple[str, ...] = (),
+                recipe_dir: Path = RECIPE_DIR):
+    """An instance of the dataclass ``schema``: its defaults <- the recipe (a name in ``recipe_dir``
+    or a YAML path) <- ``key=value`` overrides, type-checked by OmegaConf; a field's own checks
+    (``__post_init__``) run as it is made, and their ``ValueError`` comes back as a ConfigError."""
+    base = OmegaConf.structured(schema)
     where = "defaults"
     try:
         if recipe is not None:
             where = f"recipe {recipe}"
-            base = OmegaConf.merge(base, _read_yaml(recipe_path(recipe)))
+            base = OmegaConf.merge(base, _read_yaml(recipe_path(recipe, recipe_dir), recipe_dir=recipe_dir))
         for item in overrides:
             where = f"override {item!r}"
             if "=" not in item or not item.split("=", 1)[0].strip():
@@ -109,21 +119,28 @@ def load_config(recipe: str | Path | None = None, overrides: list[str] | tuple[s
             try:
                 if value.startswith("{"):  # a mapping replaces the old one (key={} empties it), as in Hydra
                     OmegaConf.update(base, key, OmegaConf.select(OmegaConf.from_dotlist([item]), key), merge=False)
+                elif any(part.isdigit() for part in key.split(".")):  # into a list: stages.0.sft.steps=5
+                    if OmegaConf.select(base, key.rsplit(".", 1)[0]) is None:
+                        raise ConfigError(f"{where}: {key.rsplit('.', 1)[0]} does not exist")
+                    OmegaConf.update(base, key, OmegaConf.from_dotlist([f"value={value}"]).value, merge=True)
                 else:
                     base = OmegaConf.merge(base, OmegaConf.from_dotlist([item]))
             except TypeError:  # OmegaConf: a section set below a plain value (`actor.seed.x=1`)
                 parent = key.rsplit(".", 1)[0]
                 raise ConfigError(f"{where}: {parent} is a single value, not a section with keys; set "
                                   f"{parent}=VALUE") from None
-        cfg: TrainConfig = OmegaConf.to_object(base)
+        where = f"recipe {recipe}" + (f" with {' '.join(overrides)}" if overrides else "")
+        return OmegaConf.to_object(base)
     except OmegaConfBaseException as e:
         raise _explain(e, where) from None
     except yaml.YAMLError as e:  # an override's value is parsed as YAML: `key=[` or `key="`
         problem = str(getattr(e, "problem", None) or e).splitlines()[0]
         raise ConfigError(f"{where}: the value is not valid YAML ({problem}); quote text, e.g. "
                           f"runner.logger.experiment_name='my run'") from None
-    validate(cfg)
-    return cfg
+    except ConfigError:
+        raise
+    except ValueError as e:  # a field's own check
+        raise ConfigError(f"{where}: {e}") from None
 
 
 def to_yaml(cfg: TrainConfig) -> str:

@@ -13,7 +13,7 @@ LRSchedule = Literal["constant", "cosine"]
 LR_SCHEDULES: tuple[str, ...] = get_args(LRSchedule)
 
 
-@dataclass(kw_only=True, frozen=True)
+@dataclass(kw_only=True)
 class SFTConfig:
     """Behaviour cloning of demonstrations: AdamW on the target action tokens' mean NLL."""
 
