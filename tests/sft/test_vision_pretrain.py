@@ -139,7 +139,7 @@ def test_sft_co_trains_grounding_from_the_action_slots(tmp_path):
     model, tok = tiny("tiny-openvla-oft", seed=0)
     policy = VLAPolicy(model, tok)
     # the scene loss falls from 1.0 (predicting the mean) to about 0.41 within 20 steps and stays there
-    cfg = SFTConfig(steps=30, batch_size=16, lr=1e-3, log_every=10, scene_loss_weight=1.0)
+    cfg = SFTConfig(steps=20, batch_size=16, lr=1e-3, log_every=5, scene_loss_weight=1.0)
     metrics = train_sft(policy, demos, cfg, out_dir=tmp_path / "sft", progress=False)
     print(metrics["final_scene_loss"])
     assert metrics["scene_loss_weight"] == 1.0 and metrics["final_scene_loss"] < 0.5
