@@ -109,3 +109,25 @@ def test_its_model_code_is_the_package_code():
     assert {p.name for p in copies} >= {"config.py", "openvla.py", "oft.py"}
     stale = [p.name for p in copies if p.read_bytes() != (models / p.name).read_bytes()]
     assert not stale, f"warm start model code differs from vla_trainer/models/: {stale}"
+
+
+@pytest.mark.slow
+@pytest.mark.maniskill
+def test_the_variant_recipe_records_its_demos_and_continues_the_shipped_warm_start(tmp_path, monkeypatch, capsys):
+    """``vla-train warm-start --config tiny_put_on_plate_easy``, shortened: the scripted expert
+    recorded on the variant's training half in the RL recipe's scene, one SFT stage from the
+    shipped warm start, and a publication that says so."""
+    from vla_trainer.cli.train import main as vla_train
+
+    monkeypatch.setenv("VLA_ENVS_ASSET_DIR", str(tmp_path / "assets"))
+    run, out = tmp_path / "run", tmp_path / "published"
+    assert vla_train(["warm-start", "--config", "tiny_put_on_plate_easy", "--out", str(run), "--publish", str(out),
+                      "demos.episodes=2", "stages.0.sft.steps=1", "stages.0.sft.eval_samples=4"]) == 0, \
+        capsys.readouterr().err
+    index = json.loads((run / "demos" / "index.json").read_text())
+    assert index["env_id"] == "PutOnPlateInScene25Easy-v3" and len(index["episodes"]) >= 1
+    made_by = json.loads((out / "made_by.json").read_text())
+    assert made_by["init"] == "the checkpoint warm_start/tiny-openvla-oft-put-on-plate"
+    assert made_by["demos"]["env_kwargs"] == dict(load_config("cpu_grpo_tiny_put_on_plate_easy").env.train.env_kwargs)
+    model, _ = load_pretrained(out)
+    assert model.config.proprio_dim > 0  # the shipped warm start's state input, kept
