@@ -92,7 +92,8 @@ class WarmStartConfig:
     """The model preset a new model is built from (``init: vision``)."""
     init: str = "vision"
     """``vision``: a new ``preset`` model, vision-pretrained (``vision`` settings); otherwise a
-    checkpoint folder to continue from (e.g. a shipped warm start, for a variant's own)."""
+    checkpoint folder to continue from (e.g. a shipped warm start, for a variant's own). A relative
+    path is taken from the working directory when it exists there, else from the project's root."""
     demos: DemoSettings = field(default_factory=DemoSettings)
     """The demonstrations every stage trains on."""
     vision: VisionSettings = field(default_factory=VisionSettings)
@@ -100,7 +101,8 @@ class WarmStartConfig:
     stages: list[StageSettings] = field(default_factory=list)
     """The SFT stages in order; stage i writes ``sft_<i>`` and continues from the one before."""
     publish_to: Optional[str] = None
-    """Where ``--publish`` writes the last stage (float16, with ``made_by.json``)."""
+    """Where ``--publish`` writes the last stage (float16, with ``made_by.json``); relative paths as
+    for ``init``."""
 
     def __post_init__(self) -> None:
         _need(len(self.stages) >= 1, "stages: at least one SFT stage")

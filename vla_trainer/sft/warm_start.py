@@ -159,7 +159,7 @@ def publish_warm_start(run_dir: str | Path, dst: str | Path | None = None, comma
     if dst is None:
         if cfg.publish_to is None:
             raise ValueError(f"{recipe} names no publish_to; give the folder to write")
-        dst = project_path(cfg.publish_to) if not Path(cfg.publish_to).is_absolute() else Path(cfg.publish_to)
+        dst = project_path(cfg.publish_to)
     record = made_by(run_dir, cfg, command or f"vla-train warm-start --config {recipe.name}")
     out = publish_half_precision(run_dir / "sft", dst, record)
     curve, offset = [], 0
