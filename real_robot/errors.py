@@ -39,6 +39,10 @@ class StaleFrameError(RealRobotError, TimeoutError):
     """The newest camera frame is older than allowed, or no frame arrived in time."""
 
 
+class StaleStateError(RealRobotError, TimeoutError):
+    """The arm's newest state is older than allowed (its publisher stopped); nothing is sent on it."""
+
+
 class MissingExtraError(RealRobotError, ImportError):
     """A vendor SDK is not installed; the message names the pip extra that provides it."""
 

@@ -3,6 +3,9 @@
     python -m real_robot.nodes.bridge_node --ros-args -r __node:=franka_bridge -p robot_ip:='172.16.0.2' \\
         -p safety_limits_file:='cell_limits.yaml' -p dry_run:=true
 
+The arm is franky at ``robot_ip``, or (``ros_arm_file``, a ``RosArmConfig`` YAML) the robot PC's ROS 2
+stack through ``RosArm``: exactly one of the two.
+
 Publishes (``real_robot.nodes.common`` lists the types):
 
 - ``joint_states`` and ``tcp_pose``: the raw arm state at ``state_rate_hz``; both messages of one
@@ -40,7 +43,8 @@ DEFAULT_CONTROL_PERIOD_S = 0.2
 """One action per 0.2 s: the twin's control rate (5 Hz)."""
 
 PARAMETERS = {
-    "robot_ip": ("str", ..., "the robot's FCI address, e.g. 172.16.0.2 (franky-sim: its 127.x address)"),
+    "robot_ip": ("str", "", "the robot's FCI address, e.g. 172.16.0.2 (franky-sim: its 127.x address): franky"),
+    "ros_arm_file": ("str", "", "instead of robot_ip, a RosArmConfig YAML: the arm through the robot PC's ROS 2 stack"),
     "ignore_realtime": ("bool", False, "connect without a realtime kernel: franky-sim only, never the robot"),
     "relative_dynamics_factor": ("float", 0.1, "fraction of the arm's max velocity, acceleration and jerk"),
     "connect_timeout_s": ("float", 3.0, "give up connecting after this long"),
@@ -264,11 +268,27 @@ class Bridge:
         self._executor_thread.join(10.0)
 
 
+def _state_topic_clash(node: Any, arm: Any) -> str:
+    """Why the bridge's state topics would mix with the ROS 2 stack its ``RosArm`` reads ("" if not)."""
+    from real_robot.nodes.common import JOINT_STATES_TOPIC, TCP_POSE_TOPIC
+    from real_robot.ros_arm import RosArm
+
+    if not isinstance(arm, RosArm):
+        return ""
+    for ours, theirs in ((JOINT_STATES_TOPIC, arm.config.joint_states_topic), (TCP_POSE_TOPIC, arm.config.tcp_pose_topic)):
+        resolved = node.resolve_topic_name(ours)
+        if resolved == node.resolve_topic_name(theirs, only_expand=True):
+            return (f"the bridge would publish its {ours} on {resolved}, which its RosArm reads from the robot's stack; "
+                    f"remap it (-r {ours}:=franka_bridge/{ours}, as the franka-eval graph does) or run the bridge in a "
+                    f"namespace")
+    return ""
+
+
 def main(argv: list[str] | None = None) -> int:
     rclpy = require_module("rclpy", extra="ros")
     from rclpy.executors import MultiThreadedExecutor
 
-    from real_robot.franky_arm import FrankyArm, FrankyArmConfig
+    from real_robot.factory import make_arm
     from real_robot.nodes.common import ParameterError, configure_logging, declare_parameters, spin
     from real_robot.safety import SafetyLayer, SafetyLimits
 
@@ -285,11 +305,15 @@ def main(argv: list[str] | None = None) -> int:
             if p["home_joint_positions_rad"] is not None:
                 changes["home_joint_positions_rad"] = p["home_joint_positions_rad"]
             limits = dataclasses.replace(limits, **changes)
-            arm = FrankyArm(FrankyArmConfig(robot_ip=p["robot_ip"], ignore_realtime=p["ignore_realtime"],
-                                            relative_dynamics_factor=p["relative_dynamics_factor"],
-                                            connect_timeout_s=p["connect_timeout_s"]))
+            arm = make_arm(robot_ip=p["robot_ip"], ros_arm=p["ros_arm_file"], ignore_realtime=p["ignore_realtime"],
+                           relative_dynamics_factor=p["relative_dynamics_factor"],
+                           connect_timeout_s=p["connect_timeout_s"])
         except (ParameterError, ValueError, FileNotFoundError) as e:
             log.fatal(str(e))
+            return 2
+        clash = _state_topic_clash(node, arm)
+        if clash:
+            log.fatal(clash)
             return 2
         try:
             arm.connect()

@@ -113,6 +113,37 @@ def test_one_episode_on_franky_sim_is_run_recorded_and_reported(franky_sim, reco
     assert "success_once" in capsys.readouterr().out
 
 
+@pytest.mark.slow
+def test_an_episode_through_the_robots_ros2_stack(franky_sim, recording, tmp_path, capsys):
+    """``--ros-arm``: the same run with the arm reached through a franka_ros2-style stack's topics
+    (``ros_franka_stack.py`` on franky-sim) instead of franky."""
+    pytest.importorskip("rclpy", reason="the ros extra: bash scripts/setup.sh dev,robot,ros")
+    import yaml
+
+    from ros_franka_stack import ros_arm_config, start_stack
+
+    os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))  # not the realtime priority franky left here
+    config = ros_arm_config()
+    arm_file = tmp_path / "ros_arm.yaml"
+    arm_file.write_text(yaml.safe_dump({k: getattr(config, k) for k in (
+        "gripper", "error_recovery_action", "domain_id", "relative_dynamics_factor", "connect_timeout_s")}))
+    args = _without_crop(_args(franky_sim, recording, tmp_path), _no_crop_model(tmp_path))
+    args[args.index("--robot-ip"):args.index("--robot-ip") + 2] = ["--ros-arm", str(arm_file)]
+    with start_stack(franky_sim, tmp_path / "stack.log"):
+        assert main(args) == 0, capsys.readouterr().err
+    assert f"the real Franka at {arm_file}" in capsys.readouterr().out
+    numbers = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert numbers["episodes"] == 1
+    from vla_envs.demos import load_demos
+
+    index, episodes = load_demos(tmp_path / "out" / "episodes")
+    assert index["episodes"][0]["length"] == 6 and episodes[0]["state"].shape == (6, 16)
+    # it started at the twin's rest pose: homed by the stack's joint trajectory controller
+    from vla_envs.backends.franka.twin import TWIN_REST_JOINT_POSITIONS_RAD
+
+    np.testing.assert_allclose(episodes[0]["state"][0, :7], TWIN_REST_JOINT_POSITIONS_RAD, atol=0.02)
+
+
 def test_an_unreachable_robot_fails_fast_naming_it(recording, tmp_path, capsys, free_address):
     t0 = time.monotonic()
     args = _without_crop(_args(free_address, recording, tmp_path, "--image-size", "64"), _no_crop_model(tmp_path))

@@ -1,8 +1,9 @@
 """Parity with the twin, the test that makes the zero-shot claim honest: the same 20 actions from
 the same joint configuration, run in the ManiSkill Panda twin (``PutOnPlateInScene25Main-v3``) and
-through ``FrankaBackend`` -> ``SafetyLayer`` -> ``FrankyArm`` on franky-sim (over the real
-libfranka protocol), give the same ``state`` (the twin's layout: joints, fingers, TCP pose in the
-twin's world) after every step.
+through ``FrankaBackend`` -> ``SafetyLayer`` -> an ``Arm`` on franky-sim give the same ``state`` (the
+twin's layout: joints, fingers, TCP pose in the twin's world) after every step. Both arms: ``FrankyArm``
+(franky over the real libfranka protocol) and ``RosArm`` (ROS 2 topics of a franka_ros2-style stack,
+``ros_franka_stack.py``, which drives franky-sim the same way).
 
 The camera is the one thing no real component can stand in for here without a cost that has
 nothing to do with parity (a RealSense playback runs out after its recorded seconds):
@@ -11,6 +12,7 @@ nothing to do with parity (a RealSense playback runs out after its recorded seco
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import numpy as np
@@ -53,8 +55,25 @@ def twin() -> list[np.ndarray]:
         env.close()
 
 
-def _real_states(host: str) -> tuple[list[np.ndarray], list]:
-    from real_robot.franky_arm import FrankyArm, FrankyArmConfig
+@contextlib.contextmanager
+def _arm(kind: str, host: str, log_dir):
+    """An unconnected arm on the franky-sim at ``host``: franky directly, or through ROS 2."""
+    if kind == "franky":
+        from real_robot.franky_arm import FrankyArm, FrankyArmConfig
+
+        yield FrankyArm(FrankyArmConfig(robot_ip=host, ignore_realtime=True, relative_dynamics_factor=0.5))
+        return
+    import os
+
+    from real_robot.ros_arm import RosArm
+    from ros_franka_stack import ros_arm_config, start_stack
+
+    os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))  # not the realtime priority franky left here
+    with start_stack(host, log_dir / "ros_stack.log"):
+        yield RosArm(ros_arm_config())
+
+
+def _real_states(arm) -> tuple[list[np.ndarray], list]:
     from real_robot.safety import SafetyLayer, SafetyLimits
     from still_camera import StillCamera
     from vla_envs.backends.franka.backend import FrankaBackend
@@ -66,7 +85,6 @@ def _real_states(host: str) -> tuple[list[np.ndarray], list]:
                           max_translation_per_step_m=0.15, max_rotation_per_step_rad=0.15,
                           max_relative_dynamics_factor=0.5, gripper_min_interval_s=0.0, watchdog_timeout_s=10.0,
                           home_joint_positions_rad=TWIN_REST_JOINT_POSITIONS_RAD)
-    arm = FrankyArm(FrankyArmConfig(robot_ip=host, ignore_realtime=True, relative_dynamics_factor=0.5))
     arm.connect()
     camera = StillCamera(48, 64)
     camera.connect()
@@ -91,8 +109,12 @@ def _angle_deg(q1: np.ndarray, q2: np.ndarray) -> float:
     return float(np.degrees(2 * np.arccos(np.clip(abs(np.dot(q1 / np.linalg.norm(q1), q2 / np.linalg.norm(q2))), 0, 1))))
 
 
-def test_the_twin_and_the_real_arm_agree_step_by_step(franky_sim, twin):
-    real, sent = _real_states(franky_sim)
+@pytest.mark.parametrize("arm_kind", ["franky", "ros"])
+def test_the_twin_and_the_real_arm_agree_step_by_step(franky_sim, twin, arm_kind, tmp_path):
+    if arm_kind == "ros":
+        pytest.importorskip("rclpy", reason="the ros extra: bash scripts/setup.sh dev,robot,ros")
+    with _arm(arm_kind, franky_sim, tmp_path) as arm:
+        real, sent = _real_states(arm)
     np.testing.assert_allclose(real[0][:7], twin[0][:7], atol=0.01)  # the same joint configuration
     rows = []
     for k, (t, r) in enumerate(zip(twin, real)):

@@ -177,6 +177,44 @@ def test_franka_eval_graph_wires_camera_policy_and_bridge():
                                                "camera_serial": "1", "dry_run": "maybe"})
 
 
+def test_with_a_ros_arm_the_graphs_state_topics_leave_the_stacks_names(tmp_path):
+    """Beside the robot's ROS 2 stack (``ros_arm_file``) the bridge publishes the arm state under
+    ``franka_bridge/`` and the policy reads it there: the stack's ``/joint_states`` is never mixed in."""
+    arm_file = tmp_path / "arm.yaml"
+    arm_file.write_text("gripper: none\n")
+    specs = {s.name: s for s in ros_graph.graph_from_launch_arguments(
+        {"checkpoint": "c", "ros_arm_file": str(arm_file), "instruction": "i", "camera_serial": "1"})}
+    bridge, policy = specs["franka_bridge"], specs["policy"]
+    assert bridge.parameters["ros_arm_file"] == str(arm_file) and "robot_ip" not in bridge.parameters
+    moved = (("joint_states", "franka_bridge/joint_states"), ("tcp_pose", "franka_bridge/tcp_pose"))
+    assert bridge.remappings == moved and policy.remappings == (("image", "camera/color/image_raw"), *moved)
+    for both in ({"robot_ip": "r", "ros_arm_file": str(arm_file)}, {}):
+        with pytest.raises(ValueError, match="exactly one"):
+            ros_graph.graph_from_launch_arguments({"checkpoint": "c", "instruction": "i", "camera_serial": "1", **both})
+
+
+@needs_rclpy
+def test_the_bridge_refuses_to_publish_state_on_the_stacks_topics():
+    from real_robot.nodes.bridge_node import _state_topic_clash
+    from real_robot.ros_arm import RosArm, RosArmConfig
+
+    arm = RosArm(RosArmConfig(gripper="none", error_recovery_action=""))
+    for args, clash in ((["--ros-args"], True), (["--ros-args", "-r", "joint_states:=franka_bridge/joint_states",
+                                                  "-r", "tcp_pose:=franka_bridge/tcp_pose"], False)):
+        context = rclpy.Context()
+        rclpy.init(args=args, context=context, domain_id=DOMAIN_ID,
+                   signal_handler_options=rclpy.signals.SignalHandlerOptions.NO)
+        node = rclpy.create_node("franka_bridge", context=context)
+        try:
+            message = _state_topic_clash(node, arm)
+            assert bool(message) == clash, message
+            if clash:
+                assert "/joint_states" in message and "-r joint_states:=franka_bridge/joint_states" in message
+        finally:
+            node.destroy_node()
+            rclpy.shutdown(context=context)
+
+
 # ----- the launch file --------------------------------------------------------------------------------
 
 def load_launch_file():

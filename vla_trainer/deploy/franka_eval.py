@@ -3,6 +3,9 @@
     franka-eval --checkpoint runs/main/grpo --robot-ip 172.16.0.2 --camera-serial 123622270136 \\
         --instruction "put carrot on plate" --episodes 10 --camera-file cell_camera.json --out runs/real
 
+The arm is driven by franky (``--robot-ip``), or, where the robot PC's ROS 2 stack owns it, through
+that stack (``--ros-arm cell_ros_arm.yaml``, a ``real_robot.ros_arm.RosArmConfig``).
+
 Order of events: the checkpoint is loaded and checked against the env (image size, camera crop,
 state layout, action convention: an error names both sides); the calibration drift check runs
 when a reference is given; the arm and camera connect; then for each episode the operator sets the
@@ -76,7 +79,10 @@ def _crop(text: str) -> tuple[int, int, int, int]:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="franka-eval", description="Run a sim-trained checkpoint on the real Franka.")
     p.add_argument("--checkpoint", required=True, type=Path, help="model folder, training checkpoint or run folder")
-    p.add_argument("--robot-ip", required=True, help="the robot's control box (FCI), e.g. 172.16.0.2")
+    arm = p.add_mutually_exclusive_group(required=True)
+    arm.add_argument("--robot-ip", help="the robot's control box (FCI), e.g. 172.16.0.2: the arm is driven by franky")
+    arm.add_argument("--ros-arm", type=Path, help="instead, a RosArmConfig YAML: the arm through the robot PC's "
+                                                  "running ROS 2 stack (docs/real_robot.md)")
     cam = p.add_mutually_exclusive_group(required=True)
     cam.add_argument("--camera-serial", help="the RealSense's serial number")
     cam.add_argument("--playback", help="a RealSense .db3 recording instead of a live camera (dry runs, tests)")
@@ -184,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
             return status
     if args.ros:
         return run_ros(args, crop)
+    from real_robot.errors import RealRobotError
     from vla_envs.backends.franka.make import make_franka_vector_env
 
     args.out.mkdir(parents=True, exist_ok=True)
@@ -193,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict[str, Any]] = []
     try:
         env = make_franka_vector_env(
-            robot_ip=args.robot_ip, instruction=args.instruction, camera_serial=args.camera_serial,
+            robot_ip=args.robot_ip, ros_arm=args.ros_arm, instruction=args.instruction, camera_serial=args.camera_serial,
             playback_file=args.playback, image_size=image_size, camera_crop=crop, camera_file=args.camera_file,
             time_limit=args.time_limit, safety_limits=args.safety_limits, dry_run=args.dry_run,
             operator=args.operator, relative_dynamics_factor=args.relative_dynamics,
@@ -203,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\ninterrupted: the arm was stopped; episodes so far are in "
               f"{args.out / 'episodes'}", file=sys.stderr)
         return 130
-    except (ConnectionError, ValueError, FileNotFoundError, TimeoutError, EOFError) as e:
+    except (ConnectionError, ValueError, FileNotFoundError, TimeoutError, EOFError, RealRobotError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     finally:
@@ -212,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, previous)
     table, numbers = summary(rows)
     header = (f"checkpoint: {policy.spec.model_dir}; instruction: {args.instruction!r}; {len(rows)} episodes on "
-              f"the real Franka at {args.robot_ip}{' (dry run)' if args.dry_run else ''}; "
+              f"the real Franka at {args.robot_ip or args.ros_arm}{' (dry run)' if args.dry_run else ''}; "
               f"{time.strftime('%Y-%m-%d %H:%M')}")
     print(f"\n{header}\n\n{table}")
     (args.out / "results.md").write_text(f"{header}\n\n{table}\n")
@@ -229,7 +236,8 @@ def run_ros(args, crop) -> int:
 
     try:
         specs = franka_eval_graph(
-            checkpoint=str(args.checkpoint), robot_ip=args.robot_ip, instruction=args.instruction,
+            checkpoint=str(args.checkpoint), robot_ip=args.robot_ip or "", ros_arm_file=str(args.ros_arm or ""),
+            instruction=args.instruction,
             camera_serial=args.camera_serial or "", playback_file=args.playback or "", camera_crop=crop,
             camera_file=str(args.camera_file or ""), safety_limits_file=str(args.safety_limits or ""),
             dry_run=args.dry_run, relative_dynamics_factor=args.relative_dynamics,

@@ -21,7 +21,7 @@ import json
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from real_robot.nodes.common import IMAGE_TOPIC
+from real_robot.nodes.common import IMAGE_TOPIC, JOINT_STATES_TOPIC, TCP_POSE_TOPIC
 from real_robot.nodes.spec import NodeSpec, local_ros_env, start_nodes, stop_nodes
 
 __all__ = ["LAUNCH_ARGUMENTS", "franka_eval_graph", "graph_from_launch_arguments", "local_ros_env", "start_nodes",
@@ -42,7 +42,8 @@ DEFAULT_CAMERA_FILE = (Path(__file__).resolve().parents[2] / "vla_envs" / "tasks
 
 LAUNCH_ARGUMENTS: dict[str, tuple[str | None, str]] = {
     "checkpoint": (None, "model folder, training checkpoint or run folder (as vla-eval --checkpoint)"),
-    "robot_ip": (None, "the robot's FCI address, e.g. 172.16.0.2"),
+    "robot_ip": ("", "the robot's FCI address, e.g. 172.16.0.2: the bridge drives the arm with franky"),
+    "ros_arm_file": ("", "instead of robot_ip, a RosArmConfig YAML: the arm through the robot PC's ROS 2 stack"),
     "instruction": (None, "the task in words, as in training, e.g. 'put carrot on plate'"),
     "camera_serial": ("", "the RealSense serial number"),
     "playback_file": ("", "a .db3 recording instead of the live camera"),
@@ -55,7 +56,8 @@ LAUNCH_ARGUMENTS: dict[str, tuple[str | None, str]] = {
 """``ros2 launch`` arguments: name -> (default, None when required; description)."""
 
 
-def franka_eval_graph(*, checkpoint: str, robot_ip: str, instruction: str, camera_serial: str = "",
+def franka_eval_graph(*, checkpoint: str, instruction: str, robot_ip: str = "", ros_arm_file: str = "",
+                      camera_serial: str = "",
                       playback_file: str = "", camera_crop: Sequence[int] | None = None, camera_file: str = "",
                       safety_limits_file: str = "", dry_run: bool = False, relative_dynamics_factor: float = 0.1,
                       ignore_realtime: bool = False, home_on_start: bool = False, camera_fps: int = 30,
@@ -65,6 +67,9 @@ def franka_eval_graph(*, checkpoint: str, robot_ip: str, instruction: str, camer
     Args:
         checkpoint: what the policy node loads (``PolicyService``).
         robot_ip: the robot's FCI address (franky-sim: its 127.x address, with ``ignore_realtime``).
+        ros_arm_file: instead of ``robot_ip``, a ``RosArmConfig`` YAML: the bridge reaches the arm through
+            the robot PC's ROS 2 stack, and the graph's own arm-state topics move under
+            ``franka_bridge/`` so that they never mix with the stack's ``/joint_states``.
         instruction: the task in words.
         camera_serial: the RealSense to stream; or ``playback_file``, a ``.db3`` recording.
         camera_crop: ``(left, top, right, bottom)`` in camera-file pixels; None: the checkpoint's.
@@ -77,18 +82,25 @@ def franka_eval_graph(*, checkpoint: str, robot_ip: str, instruction: str, camer
         device: the policy's torch device.
 
     Raises:
-        ValueError: a required value is missing, both or neither camera source, a bad crop.
+        ValueError: a required value is missing, both or neither arm or camera source, a bad crop.
     """
-    for name, value in (("checkpoint", checkpoint), ("robot_ip", robot_ip), ("instruction", instruction)):
+    for name, value in (("checkpoint", checkpoint), ("instruction", instruction)):
         if not isinstance(value, str) or not value.strip():
             raise ValueError(f"{name} is required (got {value!r})")
+    if bool(robot_ip) == bool(ros_arm_file):
+        raise ValueError(f"give robot_ip (franky) or ros_arm_file (the robot's ROS 2 stack), exactly one (got "
+                         f"{robot_ip!r}, {ros_arm_file!r})")
     if bool(camera_serial) == bool(playback_file):
         raise ValueError(f"give camera_serial or playback_file, exactly one (got {camera_serial!r}, {playback_file!r})")
     height, width = camera_file_hw(camera_file or DEFAULT_CAMERA_FILE)
     camera = {"width": width, "height": height, "fps": int(camera_fps)}
     camera.update({"serial": str(camera_serial)} if camera_serial else {"playback_file": _path(playback_file)})
 
-    bridge = {"robot_ip": robot_ip, "ignore_realtime": bool(ignore_realtime),
+    arm = {"robot_ip": robot_ip} if robot_ip else {"ros_arm_file": _path(ros_arm_file)}
+    # beside a ROS 2 stack the bridge's state topics must not be the stack's own /joint_states
+    state_remaps = (((JOINT_STATES_TOPIC, f"franka_bridge/{JOINT_STATES_TOPIC}"),
+                     (TCP_POSE_TOPIC, f"franka_bridge/{TCP_POSE_TOPIC}")) if ros_arm_file else ())
+    bridge = {**arm, "ignore_realtime": bool(ignore_realtime),
               "relative_dynamics_factor": float(relative_dynamics_factor), "dry_run": bool(dry_run),
               "home_joint_positions_rad": list(TWIN_REST_JOINT_POSITIONS_RAD), "home_on_start": bool(home_on_start),
               "control_period_s": TWIN_CONTROL_PERIOD_S}
@@ -107,10 +119,10 @@ def franka_eval_graph(*, checkpoint: str, robot_ip: str, instruction: str, camer
         policy["camera_file"] = _path(camera_file)
     return [
         NodeSpec("camera", CAMERA_MODULE, camera, description="RealSense -> sensor_msgs/Image"),
-        NodeSpec("policy", POLICY_MODULE, policy, remappings=(("image", IMAGE_TOPIC),),
+        NodeSpec("policy", POLICY_MODULE, policy, remappings=(("image", IMAGE_TOPIC), *state_remaps),
                  description="twin observation -> PolicyService -> action_chunk"),
-        NodeSpec("franka_bridge", BRIDGE_MODULE, bridge,
-                 description="action_chunk -> SafetyLayer -> FrankyArm; arm state out"),
+        NodeSpec("franka_bridge", BRIDGE_MODULE, bridge, remappings=state_remaps,
+                 description=f"action_chunk -> SafetyLayer -> {'FrankyArm' if robot_ip else 'RosArm'}; arm state out"),
     ]
 
 
@@ -131,6 +143,7 @@ def graph_from_launch_arguments(values: Mapping[str, str]) -> list[NodeSpec]:
     except ValueError:
         raise ValueError(f"camera_crop:={get['camera_crop']!r}: left,top,right,bottom (integers)") from None
     return franka_eval_graph(checkpoint=get["checkpoint"] or "", robot_ip=get["robot_ip"] or "",
+                             ros_arm_file=get["ros_arm_file"] or "",
                              instruction=get["instruction"] or "", camera_serial=get["camera_serial"] or "",
                              playback_file=get["playback_file"] or "", camera_crop=crop,
                              camera_file=get["camera_file"] or "", safety_limits_file=get["safety_limits_file"] or "",

@@ -10,7 +10,8 @@ from typing import Any
 from .operator import KeyboardOperator, Operator, ScriptedOperator
 
 
-def make_franka_vector_env(num_envs: int = 1, *, robot_ip: str, instruction: str, camera_serial: str | None = None,
+def make_franka_vector_env(num_envs: int = 1, *, instruction: str, robot_ip: str | None = None,
+                           ros_arm: Any = None, camera_serial: str | None = None,
                            playback_file: str | None = None, image_size: int = 64,
                            camera_crop: tuple[int, int, int, int] | None = None, camera_file: str | Path | None = None,
                            time_limit: int | None = None, safety_limits: Any = None, dry_run: bool = False,
@@ -21,7 +22,9 @@ def make_franka_vector_env(num_envs: int = 1, *, robot_ip: str, instruction: str
     devices and releases them on ``close``).
 
     Args:
-        robot_ip: the robot's control box (FCI), e.g. ``172.16.0.2``.
+        robot_ip: the robot's control box (FCI), e.g. ``172.16.0.2``: the arm is driven by franky.
+        ros_arm: instead of ``robot_ip``, where the robot PC's ROS 2 stack already owns the arm: a
+            ``real_robot.ros_arm.RosArmConfig`` or a YAML file of one (``docs/real_robot.md``).
         instruction: the task in words, as in training (``"put carrot on plate"``).
         camera_serial: the RealSense's serial; or ``playback_file``, a ``.db3`` recording.
         image_size, camera_crop, camera_file, time_limit: as in the twin (``PutOnPlateInScene25*``).
@@ -29,17 +32,19 @@ def make_franka_vector_env(num_envs: int = 1, *, robot_ip: str, instruction: str
             the conservative defaults. Its home pose is replaced by the twin's rest pose.
         dry_run: log every command, move nothing.
         operator: ``"keyboard"``, ``"scripted"`` (no labels, no waiting) or an ``Operator``.
-        relative_dynamics_factor, connect_timeout_s, ignore_realtime: ``FrankyArmConfig``.
+        relative_dynamics_factor, connect_timeout_s, ignore_realtime: ``FrankyArmConfig`` (with
+            ``ros_arm``, the config's own ``relative_dynamics_factor`` and ``connect_timeout_s`` apply).
         max_frame_age_ms: an older camera frame stops the episode (``StaleFrameError``).
         auto_reset: False: each episode starts with an explicit ``reset`` (an operator prompt).
 
     Raises:
-        ValueError: ``num_envs`` is not 1, or a bad option (the message names it).
+        ValueError: ``num_envs`` is not 1, neither or both of ``robot_ip`` and ``ros_arm``, or a bad
+            option (the message names it).
         RobotUnreachableError, DeviceNotFoundError: the arm or camera is not there.
     """
     import dataclasses
 
-    from real_robot.franky_arm import FrankyArm, FrankyArmConfig
+    from real_robot.factory import make_arm
     from real_robot.realsense import RealSenseCamera, RealSenseCameraConfig
     from real_robot.safety import SafetyLayer, SafetyLimits
     from vla_envs.core import ChunkVectorEnv
@@ -50,6 +55,8 @@ def make_franka_vector_env(num_envs: int = 1, *, robot_ip: str, instruction: str
 
     if num_envs != 1:
         raise ValueError(f"num_envs={num_envs}: a real arm is one env")
+    arm = make_arm(robot_ip=robot_ip, ros_arm=ros_arm, relative_dynamics_factor=relative_dynamics_factor,
+                   connect_timeout_s=connect_timeout_s, ignore_realtime=ignore_realtime)
     cam_file = load_camera_file(camera_file)
     crop = None if camera_crop is None else cam_file.check_crop(camera_crop)
     if isinstance(operator, str):
@@ -62,8 +69,6 @@ def make_franka_vector_env(num_envs: int = 1, *, robot_ip: str, instruction: str
                                  dry_run=limits.dry_run or dry_run)
     camera = RealSenseCamera(RealSenseCameraConfig(serial=camera_serial or "", playback_file=playback_file,
                                                    width=cam_file.width, height=cam_file.height))
-    arm = FrankyArm(FrankyArmConfig(robot_ip=robot_ip, relative_dynamics_factor=relative_dynamics_factor,
-                                    connect_timeout_s=connect_timeout_s, ignore_realtime=ignore_realtime))
     camera.connect()  # fails in well under a second without the camera, before the arm is touched
     try:
         arm.connect()

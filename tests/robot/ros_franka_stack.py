@@ -1,0 +1,183 @@
+"""A franka_ros2-style ROS 2 stack over franky-sim, for testing ``RosArm`` without a robot PC.
+
+It stands in for the robot side of ROS only (franka_ros2's hardware interface and controllers cannot
+be built here): it publishes what franka_ros2's broadcasters publish, under their default names, and
+executes the commands a Cartesian pose controller, a joint trajectory controller and a gripper
+service take, by driving franky-sim over the real libfranka protocol:
+
+- ``/joint_states`` (``fr3_joint1..7`` measured, ``fr3_finger_joint1/2`` = half the gripper width) and
+  ``/franka_robot_state_broadcaster/current_pose`` (the TCP from the measured joints), at ``--rate-hz``;
+- ``/cartesian_impedance_controller/target_pose`` -> an absolute franky ``CartesianMotion``;
+- ``/fr3_arm_controller/joint_trajectory`` -> a franky ``JointMotion`` to its last point;
+- ``/fr3_gripper/close`` (``std_srvs/SetBool``) -> grasp / open, answered when the fingers stop.
+
+    python tests/robot/ros_franka_stack.py --host 127.0.0.5 [--relative-dynamics 0.5]
+
+``start_stack`` runs it as a process with its own DDS domain; SIGTERM stops it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+DOMAIN_ID = 30 + os.getpid() % 100  # a DDS domain of this test process, apart from test_ros_nodes' 150-229
+
+
+def ros_arm_config(**overrides):
+    """The ``RosArmConfig`` of a robot PC running this stack: franka_ros2's default names (the config's
+    defaults), the ``set_bool`` gripper, no error recovery action (``franka_msgs`` is not on PyPI)."""
+    from real_robot.ros_arm import RosArmConfig
+
+    return RosArmConfig(**{"gripper": "set_bool", "error_recovery_action": "", "domain_id": DOMAIN_ID,
+                           "relative_dynamics_factor": 0.5, "connect_timeout_s": 30.0, **overrides})
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--host", required=True)
+    p.add_argument("--relative-dynamics", type=float, default=0.5)
+    p.add_argument("--rate-hz", type=float, default=100.0)
+    args = p.parse_args(argv)
+
+    import franky
+    import numpy as np
+    import rclpy
+    from geometry_msgs.msg import PoseStamped
+    from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+    from rclpy.executors import MultiThreadedExecutor
+    from sensor_msgs.msg import JointState
+    from std_srvs.srv import SetBool
+    from trajectory_msgs.msg import JointTrajectory
+
+    robot = franky.Robot(args.host, relative_dynamics_factor=args.relative_dynamics,
+                         realtime_config=franky.RealtimeConfig.Ignore)
+    gripper = franky.Gripper(args.host)
+    # libfranka made this thread SCHED_FIFO 99; the ROS threads started below must not inherit it
+    os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+    motion_lock = threading.Lock()
+
+    rclpy.init()
+    node = rclpy.create_node("franka_ros2_stand_in")
+    joints_pub = node.create_publisher(JointState, "/joint_states", 10)
+    pose_pub = node.create_publisher(PoseStamped, "/franka_robot_state_broadcaster/current_pose", 10)
+
+    def publish_state() -> None:
+        state = robot.state
+        T = np.asarray(robot.model.pose(franky.Frame.EndEffector, state).matrix)
+        stamp = node.get_clock().now().to_msg()
+        half = float(gripper.width) / 2
+        msg = JointState(name=[f"fr3_joint{i}" for i in range(1, 8)] + ["fr3_finger_joint1", "fr3_finger_joint2"],
+                         position=[float(v) for v in state.q] + [half, half])
+        msg.header.stamp, msg.header.frame_id = stamp, "base"
+        joints_pub.publish(msg)
+        pose = PoseStamped()
+        pose.header.stamp, pose.header.frame_id = stamp, "base"
+        pose.pose.position.x, pose.pose.position.y, pose.pose.position.z = (float(v) for v in T[:3, 3])
+        from real_robot.transforms import matrix_to_quaternion_wxyz
+
+        w, x, y, z = (float(v) for v in matrix_to_quaternion_wxyz(T[:3, :3]))
+        pose.pose.orientation.w, pose.pose.orientation.x, pose.pose.orientation.y, pose.pose.orientation.z = w, x, y, z
+        pose_pub.publish(pose)
+
+    def move(motion) -> None:
+        with motion_lock:
+            try:
+                robot.move(motion, asynchronous=True)
+            except (franky.ControlException, franky.InvalidMotionTypeException) as e:
+                # a replaced motion's "preempted", or a joint move replacing a Cartesian one (franky
+                # cannot switch types mid-motion): end the running motion, clear, start this one
+                node.get_logger().info(f"motion: {e}")
+                robot.stop()
+                for _ in range(300):  # join without blocking: franky's blocking join keeps the GIL (state stalls)
+                    try:
+                        if robot.join_motion(0.0):
+                            break
+                    except franky.ControlException:  # the stopped motion's "preempted": it has ended
+                        break
+                    time.sleep(0.01)
+                robot.recover_from_errors()
+                robot.move(motion, asynchronous=True)
+
+    def on_target(msg: PoseStamped) -> None:
+        p, o = msg.pose.position, msg.pose.orientation
+        desired = np.asarray(robot.current_cartesian_state.pose.end_effector_pose.matrix)
+        target = np.array([p.x, p.y, p.z])
+        if np.linalg.norm(target - desired[:3, 3]) < 1e-5 and abs(abs(np.dot(
+                [o.w, o.x, o.y, o.z], _quat(desired))) - 1) < 1e-10:
+            return  # franky's planner fails on an empty motion
+        move(franky.CartesianMotion(franky.Affine(target, np.array([o.x, o.y, o.z, o.w])),
+                                    franky.ReferenceType.Absolute))
+
+    def on_trajectory(msg: JointTrajectory) -> None:
+        index = {n: i for i, n in enumerate(msg.joint_names)}
+        last = msg.points[-1].positions
+        move(franky.JointMotion(np.array([last[index[f"fr3_joint{i}"]] for i in range(1, 8)])))
+
+    def on_close(request, response):
+        future = (gripper.grasp_async(0.0, 0.05, 20.0, epsilon_inner=0.005, epsilon_outer=1.0) if request.data
+                  else gripper.open_async(0.05))
+        while not future.wait(0.0):  # franky's blocking calls keep the GIL: poll, and let the state flow
+            time.sleep(0.01)
+        response.success = bool(future.get())
+        return response
+
+    def _quat(T):
+        from real_robot.transforms import matrix_to_quaternion_wxyz
+
+        return matrix_to_quaternion_wxyz(T[:3, :3])
+
+    # state, motions and the gripper each in a group of their own: a motion that waits for franky to
+    # end the previous one, or a grasp, must not hold up the state stream
+    motions = MutuallyExclusiveCallbackGroup()
+    node.create_subscription(PoseStamped, "/cartesian_impedance_controller/target_pose", on_target, 10,
+                             callback_group=motions)
+    node.create_subscription(JointTrajectory, "/fr3_arm_controller/joint_trajectory", on_trajectory, 10,
+                             callback_group=motions)
+    node.create_service(SetBool, "/fr3_gripper/close", on_close, callback_group=MutuallyExclusiveCallbackGroup())
+    node.create_timer(1.0 / args.rate_hz, publish_state, callback_group=MutuallyExclusiveCallbackGroup())
+    executor = MultiThreadedExecutor(num_threads=3)
+    executor.add_node(node)
+    signal.signal(signal.SIGTERM, lambda *_: executor.shutdown(timeout_sec=0))
+    print("serving", flush=True)
+    try:
+        executor.spin()
+    except (KeyboardInterrupt, rclpy.executors.ExternalShutdownException):
+        pass
+    finally:
+        robot.stop()
+    return 0
+
+
+@contextlib.contextmanager
+def start_stack(host: str, log_path: Path, relative_dynamics: float = 0.5):
+    """Run the stand-in against the franky-sim at ``host`` in ``DOMAIN_ID``; stop it after."""
+    from real_robot.nodes.spec import local_ros_env
+
+    env = {**os.environ, **local_ros_env(DOMAIN_ID), "PYTHONPATH": str(HERE.parents[1])}
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([sys.executable, str(HERE / "ros_franka_stack.py"), "--host", host,
+                                 "--relative-dynamics", str(relative_dynamics)],
+                                env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,126 @@
+"""``RosArm`` over real rclpy against a franka_ros2-style stack on franky-sim (``ros_franka_stack.py``):
+state in, homing, stop, a frozen stack, a missing stack, message types that are not installed, and the
+config. Its parity with the twin is in ``test_franka_parity.py``."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.slow
+rclpy = pytest.importorskip("rclpy", reason="the ros extra: bash scripts/setup.sh dev,robot,ros")
+
+from real_robot.errors import (MotionError, RealRobotError, RobotUnreachableError, SafetyBypassError,  # noqa: E402
+                               StaleStateError)
+from real_robot.ros_arm import RosArm, RosArmConfig  # noqa: E402
+from real_robot.safety import SafetyLayer, SafetyLimits  # noqa: E402
+from ros_franka_stack import DOMAIN_ID, ros_arm_config, start_stack  # noqa: E402
+
+LIMITS = SafetyLimits(max_relative_dynamics_factor=0.5, min_step_interval_s=0.0, watchdog_timeout_s=30.0)
+
+
+@pytest.fixture(scope="module")
+def stack(franky_sim, tmp_path_factory):
+    os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))  # not the realtime priority franky left here
+    with start_stack(franky_sim, tmp_path_factory.mktemp("ros-stack") / "stack.log") as proc:
+        yield proc
+
+
+def test_state_comes_in_homing_goes_out_and_motion_needs_the_safety_layer(stack, home_tcp_position_m):
+    with RosArm(ros_arm_config()) as arm:
+        obs = arm.observation()
+        assert obs.joint_positions_rad.shape == (7,) and np.all(np.isfinite(obs.joint_positions_rad))
+        assert 0.0 <= obs.gripper_width_m <= 0.081  # the two finger joints, summed
+        np.testing.assert_allclose(obs.T_base_from_tcp[:3, :3] @ obs.T_base_from_tcp[:3, :3].T, np.eye(3), atol=1e-6)
+        with pytest.raises(SafetyBypassError):
+            arm.move_to_pose(obs.T_base_from_tcp)
+        layer = SafetyLayer(arm, LIMITS)
+        try:
+            layer.home()  # a JointTrajectory to the stack's joint trajectory controller
+            np.testing.assert_allclose(arm.observation().joint_positions_rad, LIMITS.home_joint_positions_rad, atol=0.01)
+            np.testing.assert_allclose(arm.observation().tcp_position_m, home_tcp_position_m, atol=0.003)
+        finally:
+            layer.close()
+    with RosArm(ros_arm_config(joint_trajectory_topic="")) as arm, SafetyLayer(arm, LIMITS) as layer:
+        with pytest.raises(MotionError, match="joint_trajectory_topic"):
+            layer.home()
+
+
+def test_stop_makes_the_measured_pose_the_target(stack):
+    """A 2 cm step, not waited for, then ``stop``: the arm stays near where it was, short of the step."""
+    with RosArm(ros_arm_config(wait_for_motion=False)) as arm, SafetyLayer(arm, LIMITS) as layer:
+        layer.home()
+        start = arm.observation().tcp_position_m
+        sent = layer.send_action(np.array([0.2, 0, 0, 0, 0, 0, -1.0]))  # 2 cm along x
+        assert sent.translation_m[0] == pytest.approx(0.02)
+        arm.stop()
+        time.sleep(1.5)
+        end = arm.observation().tcp_position_m
+        assert np.linalg.norm(end - start) < 0.005, (start, end)
+        # without the stop it goes the whole way
+        layer.send_action(np.array([0.2, 0, 0, 0, 0, 0, -1.0]))
+        time.sleep(1.5)
+        assert arm.observation().tcp_position_m[0] - end[0] == pytest.approx(0.02, abs=0.003)
+
+
+def test_a_frozen_stack_stale_state_nothing_is_sent(stack):
+    """The stack stops publishing (SIGSTOP): reading the state and stepping are refused, and nothing
+    reaches the controller (a target queued meanwhile would move the arm once the stack runs again)."""
+    with RosArm(ros_arm_config(state_timeout_s=0.3)) as arm, SafetyLayer(arm, LIMITS) as layer:
+        before = arm.observation().tcp_position_m
+        stack.send_signal(signal.SIGSTOP)
+        try:
+            time.sleep(0.6)
+            with pytest.raises(StaleStateError, match="/joint_states"):
+                arm.observation()
+            with pytest.raises(StaleStateError):
+                layer.send_action(np.array([0.5, 0, 0, 0, 0, 0, -1.0]))
+            arm.stop()  # nothing to hold on: logs, sends nothing
+        finally:
+            stack.send_signal(signal.SIGCONT)
+        time.sleep(1.5)
+        np.testing.assert_allclose(arm.observation().tcp_position_m, before, atol=0.001)
+
+
+def test_no_stack_is_named_with_its_topics():
+    config = ros_arm_config(domain_id=(DOMAIN_ID + 1) % 233, connect_timeout_s=1.0)
+    started = time.monotonic()
+    with pytest.raises(RobotUnreachableError) as e:
+        RosArm(config).connect()
+    assert time.monotonic() - started < 10
+    assert "/joint_states (0 publishers seen)" in str(e.value)
+    assert "/franka_robot_state_broadcaster/current_pose" in str(e.value) and "ROS_DOMAIN_ID" in str(e.value)
+
+
+@pytest.mark.parametrize("overrides, missing", [
+    ({"gripper": "franka_msgs"}, "franka_msgs.action.Grasp"),
+    ({"gripper": "gripper_command"}, "control_msgs.action.GripperCommand"),
+    ({"error_recovery_action": "/action_server/error_recovery"}, "franka_msgs.action.ErrorRecovery"),
+])
+def test_message_types_not_installed_are_named_before_any_wait(overrides, missing):
+    arm = RosArm(ros_arm_config(connect_timeout_s=30.0, **overrides))
+    started = time.monotonic()
+    with pytest.raises(RealRobotError, match=missing.replace(".", r"\.")) as e:
+        arm.connect()
+    assert time.monotonic() - started < 2 and "source the robot PC's ROS workspace" in str(e.value)
+    assert not arm.is_connected
+
+
+def test_config_from_file_and_its_refusals(tmp_path):
+    path = tmp_path / "arm.yaml"
+    path.write_text("namespace: fr3\ngripper: none\narm_joint_names: [j1, j2, j3, j4, j5, j6, j7]\n")
+    config = RosArmConfig.from_file(path)
+    assert config.namespace == "fr3" and config.arm_joint_names == ("j1", "j2", "j3", "j4", "j5", "j6", "j7")
+    path.write_text("target_pose_topc: /x\n")
+    with pytest.raises(ValueError, match="target_pose_topc"):
+        RosArmConfig.from_file(path)
+    with pytest.raises(ValueError, match="allowed: franka_msgs, gripper_command, set_bool, none"):
+        RosArmConfig(gripper="robotiq")
+    with pytest.raises(ValueError, match="7 joints"):
+        RosArmConfig(arm_joint_names=("a", "b"))
+    with pytest.raises(ValueError, match="state_timeout_s"):
+        RosArmConfig(state_timeout_s=0)
