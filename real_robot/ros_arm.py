@@ -230,8 +230,9 @@ class RosArm(Arm):
                          if c.error_recovery_action else None)
 
         self._context = rclpy.Context()
-        # no signal handlers: the process that owns the arm decides what Ctrl-C does
-        rclpy.init(context=self._context, domain_id=c.domain_id,
+        # no signal handlers: the process that owns the arm decides what Ctrl-C does; no arguments: the
+        # process's own --ros-args (a bridge node's name and remaps) must not rename the arm's topics
+        rclpy.init(args=[], context=self._context, domain_id=c.domain_id,
                    signal_handler_options=rclpy.signals.SignalHandlerOptions.NO)
         try:
             self._node = rclpy.create_node("vla_ros_arm", namespace=c.namespace or None, context=self._context)
@@ -381,12 +382,17 @@ class RosArm(Arm):
 
     # ----- stopping --------------------------------------------------------------------------------------
     def stop(self) -> None:
-        """Make the measured TCP pose the controller's target (it holds there). On a stale state nothing
-        is published: the controller keeps the last target, at most one capped step away."""
+        """Make the measured TCP pose the controller's target (it holds there). On a stale state, or once
+        ROS is shut down in this process, nothing is published: the controller keeps the last target,
+        at most one capped step away."""
         if self._node is None:
             return
         from real_robot.errors import StaleStateError
 
+        if not self._context.ok():
+            # rclpy's SIGINT / SIGTERM handler shuts every context of the process down, this one too
+            logger.warning("stop: ROS is already shut down in this process; the controller keeps its last target")
+            return
         try:
             self._publish_target(self.observation().T_base_from_tcp)
         except StaleStateError as e:
