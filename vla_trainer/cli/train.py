@@ -79,21 +79,17 @@ def cmd_warm_start(args: argparse.Namespace) -> int:
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from vla_trainer.config import ConfigError
-    from vla_trainer.config.loading import RECIPE_DIR, load_recipe
-    from vla_trainer.config.warm_start import WarmStartConfig
+    from vla_trainer.config.warm_start import load_warm_start, warm_start_yaml
     from vla_trainer.models import VLAModelError
     from vla_trainer.sft.warm_start import make_warm_start, publish_warm_start
 
     try:
-        cfg = load_recipe(WarmStartConfig, args.config, args.overrides, recipe_dir=RECIPE_DIR / "warm_start")
+        cfg = load_warm_start(args.config, args.overrides)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if args.print_config:
-        import yaml
-        from dataclasses import asdict
-
-        print(yaml.safe_dump(asdict(cfg), sort_keys=False), end="")
+        print(warm_start_yaml(cfg), end="")
         return 0
     if args.out is None:
         print("error: --out DIR: the folder the stages write (a run started again goes on where it stopped)",
@@ -270,9 +266,10 @@ def cmd_recipes(args: argparse.Namespace) -> int:
     from vla_trainer.config import recipe_names, recipe_path
 
     from vla_trainer.config.loading import RECIPE_DIR
+    from vla_trainer.config.warm_start import WARM_START_RECIPE_DIR
 
     for title, folder in (("RL (vla-train --config NAME)", RECIPE_DIR),
-                          ("warm starts (vla-train warm-start --config NAME)", RECIPE_DIR / "warm_start")):
+                          ("warm starts (vla-train warm-start --config NAME)", WARM_START_RECIPE_DIR)):
         print(title)
         for name in recipe_names(folder):
             first = recipe_path(name, folder).read_text().splitlines()[0].lstrip("# ")

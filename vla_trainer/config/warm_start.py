@@ -9,9 +9,11 @@ last. Shipped recipes live in ``vla_trainer/recipes/warm_start/``; a recipe may 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Literal, Optional
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Optional, Sequence
 
+from .loading import RECIPE_DIR, load_recipe
 from .sft import SFTConfig
 
 
@@ -106,3 +108,23 @@ class WarmStartConfig:
 
     def __post_init__(self) -> None:
         _need(len(self.stages) >= 1, "stages: at least one SFT stage")
+
+
+WARM_START_RECIPE_DIR = RECIPE_DIR / "warm_start"
+"""Where ``vla-train warm-start --config NAME`` finds ``NAME.yaml``."""
+
+
+def load_warm_start(recipe: str | Path, overrides: Sequence[str] = ()) -> WarmStartConfig:
+    """A warm-start recipe by name (from ``WARM_START_RECIPE_DIR``) or path, with ``key=value`` overrides.
+
+    Raises:
+        ConfigError: an unknown recipe, key or value (named).
+    """
+    return load_recipe(WarmStartConfig, recipe, overrides, recipe_dir=WARM_START_RECIPE_DIR)
+
+
+def warm_start_yaml(cfg: WarmStartConfig) -> str:
+    """The resolved recipe as YAML: what ``--print-config`` shows and a run folder records."""
+    import yaml
+
+    return yaml.safe_dump(asdict(cfg), sort_keys=False)

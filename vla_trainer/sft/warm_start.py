@@ -22,13 +22,10 @@ import json
 import shutil
 import subprocess
 import sys
-from dataclasses import asdict
 from pathlib import Path
 
-import yaml
-
 from vla_trainer.checkpoint import publish_half_precision
-from vla_trainer.config.warm_start import WarmStartConfig
+from vla_trainer.config.warm_start import WarmStartConfig, load_warm_start, warm_start_yaml
 from vla_trainer.metrics_log import sft_curve
 from vla_trainer.sft.start import starting_policy
 
@@ -58,7 +55,7 @@ def claim_run_dir(run_dir: Path, cfg: WarmStartConfig) -> None:
     """Writes the resolved recipe into ``run_dir``; a folder made with another recipe is refused
     (its stages would be mixed with this one's)."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    text = yaml.safe_dump(asdict(cfg), sort_keys=False)
+    text = warm_start_yaml(cfg)
     recorded = run_dir / RECIPE_FILE
     if recorded.is_file() and recorded.read_text() != text:
         raise ValueError(f"{run_dir} holds a warm start made with another recipe ({recorded}); give a new folder "
@@ -149,13 +146,11 @@ def publish_warm_start(run_dir: str | Path, dst: str | Path | None = None, comma
     """``run_dir/sft`` in float16 at ``dst`` (default: the recipe's ``publish_to``; atomically) with
     ``made_by.json`` and ``sft_curve.png`` (every stage's curve, steps counted from the first
     stage's start)."""
-    from vla_trainer.config.loading import load_recipe
-
     run_dir = Path(run_dir)
     recipe = run_dir / RECIPE_FILE
     if not recipe.is_file():
         raise FileNotFoundError(f"{run_dir} has no {RECIPE_FILE}: not a folder vla-train warm-start made")
-    cfg = load_recipe(WarmStartConfig, recipe)
+    cfg = load_warm_start(recipe)
     if dst is None:
         if cfg.publish_to is None:
             raise ValueError(f"{recipe} names no publish_to; give the folder to write")
