@@ -3,15 +3,20 @@ tiny policy on this CPU against franky-sim (the real libfranka protocol over loo
 camera played back through ``rs.pipeline``.
 
 Per policy call: camera (newest frame), preprocess (arm state read + the twin's crop/resize and
-state layout), policy (one chunk), safety (limits, in dry-run: no arm command), send (safety +
-franky's asynchronous relative motion). At 5 Hz a period is 200 ms; the target is p95 < 100 ms.
+state layout), policy (one chunk), safety (limits, in dry-run: no arm command), send (safety + the
+absolute target sent without waiting for the motion). At 5 Hz a period is 200 ms; the target is
+p95 < 100 ms.
 
-    .venv/bin/python bench/control_latency.py [--calls 60]      # needs: bash scripts/setup.sh ...,robot
+``--arm ros`` reads and commands the arm through ROS 2 topics (``RosArm``) of the franka_ros2-style
+stand-in of the tests (``tests/robot/ros_franka_stack.py``), which drives the same franky-sim.
+
+    .venv/bin/python bench/control_latency.py [--calls 60] [--arm ros]   # needs: bash scripts/setup.sh ...,robot,ros
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import signal
@@ -47,6 +52,8 @@ def start_franky_sim(host: str) -> subprocess.Popen:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--calls", type=int, default=60)
+    p.add_argument("--arm", choices=("franky", "ros"), default="franky",
+                   help="franky: libfranka directly; ros: RosArm over a franka_ros2-style stack's topics")
     args = p.parse_args()
 
     from real_robot.franky_arm import FrankyArm, FrankyArmConfig
@@ -68,10 +75,21 @@ def main() -> None:
         limits = SafetyLimits(workspace_min_m=(0.35, -0.3, 0.08), workspace_max_m=(0.85, 0.3, 0.5),
                               max_relative_dynamics_factor=0.5, watchdog_timeout_s=5.0, gripper_min_interval_s=0.0,
                               home_joint_positions_rad=TWIN_REST_JOINT_POSITIONS_RAD)
-        cfg = FrankyArmConfig(robot_ip=host, ignore_realtime=True, relative_dynamics_factor=0.5, wait_for_motion=False)
         times: dict[str, list[float]] = {k: [] for k in ("camera", "preprocess", "policy", "safety", "send", "total")}
-        with RealSenseCamera(RealSenseCameraConfig(playback_file=str(rec))) as camera, FrankyArm(cfg) as arm, \
-                SafetyLayer(arm, limits) as safety:
+        with contextlib.ExitStack() as stack:
+            if args.arm == "franky":
+                arm = FrankyArm(FrankyArmConfig(robot_ip=host, ignore_realtime=True, relative_dynamics_factor=0.5,
+                                                wait_for_motion=False))
+            else:
+                sys.path.insert(0, str(ROOT / "tests" / "robot"))
+                from real_robot.ros_arm import RosArm
+                from ros_franka_stack import ros_arm_config, start_stack
+
+                stack.enter_context(start_stack(host, tmp / "ros_stack.log"))
+                arm = RosArm(ros_arm_config(wait_for_motion=False))
+            camera = stack.enter_context(RealSenseCamera(RealSenseCameraConfig(playback_file=str(rec))))
+            stack.enter_context(arm)
+            safety = stack.enter_context(SafetyLayer(arm, limits))
             safety.home()
             dry = dataclasses.replace(limits, dry_run=True)
             crop = service.spec.camera_crop
@@ -96,7 +114,7 @@ def main() -> None:
                                               + (t3 - t2) + (t5 - t4))):
                     times[key].append(value * 1000)
                 time.sleep(max(0.0, 0.2 - (time.perf_counter() - t0)))
-        print(f"{args.calls} policy calls (tiny OFT, CPU, chunk {service.spec.chunk_size}); ms per call:")
+        print(f"{args.calls} policy calls (tiny OFT, CPU, chunk {service.spec.chunk_size}, arm: {args.arm}); ms per call:")
         print("| stage | median | p95 |\n|---|---|---|")
         for key, values in times.items():
             print(f"| {key} | {np.median(values):.1f} | {np.percentile(values, 95):.1f} |")

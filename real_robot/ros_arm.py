@@ -187,7 +187,7 @@ class RosArm(Arm):
         self._lock = threading.Lock()
         self._joints: tuple[Any, float] | None = None  # (JointState, monotonic receipt time)
         self._pose: tuple[Any, float] | None = None
-        self._gripper_call: Any = None  # (kind, client) once connected
+        self._gripper_call: dict[str, Any] = {}  # server name -> action or service client, once connected
         self._gripper_future: Any = None
 
     def __repr__(self) -> str:
@@ -305,7 +305,9 @@ class RosArm(Arm):
                                             f"{c.connect_timeout_s:g} s; is the robot stack's gripper / recovery running?")
 
     def _on_joints(self, msg: Any) -> None:
-        if set(self.config.arm_joint_names) <= set(msg.name):  # a gripper-only JointState on the same topic is skipped
+        # franka_ros2's /joint_states joins arm and fingers in one message; one without the arm joints
+        # (a gripper's own JointState on the same topic) is skipped
+        if set(self.config.arm_joint_names) <= set(msg.name):
             with self._lock:
                 self._joints = (msg, time.monotonic())
 
