@@ -85,7 +85,10 @@ class RosArmConfig:
     arm_joint_names: tuple[str, ...] = tuple(f"fr3_joint{i}" for i in range(1, NUM_JOINTS + 1))
     """The 7 arm joints in base-to-flange order (a Panda stack: ``panda_joint1`` ...)."""
     finger_joint_names: tuple[str, ...] = ("fr3_finger_joint1", "fr3_finger_joint2")
-    """The finger joints; their positions sum to the gripper width. Empty: no width is read."""
+    """The finger joints; their positions sum to the gripper width. Empty: no width is read (NaN)."""
+    finger_joint_states_topic: str = ""
+    """``sensor_msgs/JointState`` with the finger joints when ``joint_states_topic`` lacks them (the
+    gripper node's own, e.g. ``/fr3_gripper/joint_states``); empty: ``joint_states_topic``."""
     tcp_pose_topic: str = "/franka_robot_state_broadcaster/current_pose"
     """``geometry_msgs/PoseStamped``: the TCP in the robot base frame."""
     target_pose_topic: str = "/cartesian_impedance_controller/target_pose"
@@ -185,7 +188,9 @@ class RosArm(Arm):
         self._executor: Any = None
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
-        self._joints: tuple[Any, float] | None = None  # (JointState, monotonic receipt time)
+        # (message or value, monotonic receipt time) of the newest of each
+        self._joints: tuple[Any, float] | None = None
+        self._fingers: tuple[float, float] | None = None
         self._pose: tuple[Any, float] | None = None
         self._gripper_call: dict[str, Any] = {}  # server name -> action or service client, once connected
         self._gripper_future: Any = None
@@ -238,6 +243,9 @@ class RosArm(Arm):
             self._node = rclpy.create_node("vla_ros_arm", namespace=c.namespace or None, context=self._context)
             node = self._node
             node.create_subscription(JointState, c.joint_states_topic, self._on_joints, qos_profile_sensor_data)
+            if c.finger_joint_names and c.finger_joint_states_topic not in ("", c.joint_states_topic):
+                node.create_subscription(JointState, c.finger_joint_states_topic, self._on_joints,
+                                         qos_profile_sensor_data)
             node.create_subscription(PoseStamped, c.tcp_pose_topic, self._on_pose, qos_profile_sensor_data)
             self._target_pub = node.create_publisher(PoseStamped, c.target_pose_topic, 10)
             self._trajectory_pub = None
@@ -283,15 +291,24 @@ class RosArm(Arm):
 
     def _wait_for_graph(self, deadline_s: float) -> None:
         c = self.config
-        while time.monotonic() < deadline_s and (self._joints is None or self._pose is None):
+
+        def not_arrived() -> list[tuple[str, str]]:
+            """(topic, what) of each state not received yet."""
+            wanted = [(c.joint_states_topic, "the arm joints", self._joints), (c.tcp_pose_topic, "the TCP pose", self._pose)]
+            if c.finger_joint_names:
+                wanted.append((c.finger_joint_states_topic or c.joint_states_topic,
+                               f"the fingers {', '.join(c.finger_joint_names)}", self._fingers))
+            return [(topic, what) for topic, what, got in wanted if got is None]
+
+        while time.monotonic() < deadline_s and not_arrived():
             time.sleep(0.01)
-        missing = [(topic, self._node.count_publishers(topic)) for topic, got in
-                   ((c.joint_states_topic, self._joints), (c.tcp_pose_topic, self._pose)) if got is None]
+        missing = not_arrived()
         if missing:
-            detail = "; ".join(f"{t} ({n} publisher{'s' if n != 1 else ''} seen)" for t, n in missing)
+            detail = "; ".join(f"{what} on {topic} ({self._node.count_publishers(topic)} publishers seen)"
+                               for topic, what in missing)
             raise RobotUnreachableError(
-                f"no arm state within connect_timeout_s={c.connect_timeout_s:g} s: nothing arrived on {detail}. Is the "
-                f"robot's ROS 2 stack running with the same ROS_DOMAIN_ID, and are the topic names those of RosArmConfig?")
+                f"no arm state within connect_timeout_s={c.connect_timeout_s:g} s: nothing arrived for {detail}. Is the "
+                f"robot's ROS 2 stack running with the same ROS_DOMAIN_ID, and are the names those of RosArmConfig?")
         servers = dict(self._gripper_call)
         if self._recovery is not None:
             servers[c.error_recovery_action] = self._recovery
@@ -305,11 +322,16 @@ class RosArm(Arm):
                                             f"{c.connect_timeout_s:g} s; is the robot stack's gripper / recovery running?")
 
     def _on_joints(self, msg: Any) -> None:
-        # franka_ros2's /joint_states joins arm and fingers in one message; one without the arm joints
-        # (a gripper's own JointState on the same topic) is skipped
-        if set(self.config.arm_joint_names) <= set(msg.name):
-            with self._lock:
-                self._joints = (msg, time.monotonic())
+        # franka_ros2's /joint_states joins arm and fingers in one message; a gripper node publishes the
+        # fingers alone: take from each message what it holds
+        now, names = time.monotonic(), set(msg.name)
+        fingers = self.config.finger_joint_names
+        with self._lock:
+            if set(self.config.arm_joint_names) <= names:
+                self._joints = (msg, now)
+            if fingers and set(fingers) <= names:
+                index = {name: i for i, name in enumerate(msg.name)}
+                self._fingers = (float(sum(msg.position[index[n]] for n in fingers)), now)
 
     def _on_pose(self, msg: Any) -> None:
         with self._lock:
@@ -336,46 +358,47 @@ class RosArm(Arm):
         if self._thread is not None:
             self._thread.join(2.0)
         self._node = self._executor = self._context = self._thread = None
-        self._joints = self._pose = self._gripper_future = None
+        self._joints = self._fingers = self._pose = self._gripper_future = None
         self._gripper_call = {}
 
     # ----- reading -------------------------------------------------------------------------------------
     @requires_connection
     def observation(self) -> ArmObservation:
-        """The newest joint state and TCP pose.
+        """The newest joint state, finger width and TCP pose.
 
         Raises:
-            StaleStateError: either is older than ``state_timeout_s`` (the stack stopped publishing).
+            StaleStateError: one of them is older than ``state_timeout_s`` (the stack stopped publishing).
         """
         import numpy as np
 
         from real_robot.transforms import pose_matrix, quaternion_wxyz_to_matrix
 
-        msg, pose = self._fresh_state()
+        msg, width, pose = self._fresh_state()
         index = {name: i for i, name in enumerate(msg.name)}
         q = np.array([msg.position[index[n]] for n in self.config.arm_joint_names], dtype=np.float64)
-        fingers = [msg.position[index[n]] for n in self.config.finger_joint_names if n in index]
-        width = float(sum(fingers)) if fingers and len(fingers) == len(self.config.finger_joint_names) else math.nan
         p, o = pose.pose.position, pose.pose.orientation
         T = pose_matrix(np.array([p.x, p.y, p.z]), quaternion_wxyz_to_matrix(np.array([o.w, o.x, o.y, o.z])))
         return ArmObservation(joint_positions_rad=q, gripper_width_m=width, T_base_from_tcp=T, timestamp_s=now_s())
 
-    def _fresh_state(self) -> tuple[Any, Any]:
-        """The newest joint state and pose, both received within ``state_timeout_s``. An old one gets
-        that long again to be replaced: on a busy PC (policy inference) the thread that takes messages
-        in may simply not have run, while the stack kept publishing."""
+    def _fresh_state(self) -> tuple[Any, float, Any]:
+        """The newest joint state, finger width (NaN without finger joints) and pose, each received
+        within ``state_timeout_s``. An old one gets that long again to be replaced: on a busy PC (policy
+        inference) the thread that takes messages in may simply not have run, while the stack kept
+        publishing."""
         from real_robot.errors import StaleStateError
 
-        timeout_s = self.config.state_timeout_s
+        c, timeout_s = self.config, self.config.state_timeout_s
         give_up_s = time.monotonic() + timeout_s
         while True:
             with self._lock:
-                joints, pose = self._joints, self._pose
+                joints, fingers, pose = self._joints, self._fingers, self._pose
             now = time.monotonic()
-            ages = {"joint state": (now - joints[1], self.config.joint_states_topic),
-                    "TCP pose": (now - pose[1], self.config.tcp_pose_topic)}
+            ages = {"joint state": (now - joints[1], c.joint_states_topic),
+                    "TCP pose": (now - pose[1], c.tcp_pose_topic)}
+            if c.finger_joint_names:
+                ages["finger state"] = (now - fingers[1], c.finger_joint_states_topic or c.joint_states_topic)
             if all(age <= timeout_s for age, _ in ages.values()):
-                return joints[0], pose[0]
+                return joints[0], fingers[0] if c.finger_joint_names else math.nan, pose[0]
             if now > give_up_s:
                 what, (age, topic) = max(ages.items(), key=lambda kv: kv[1][0])
                 raise StaleStateError(f"the newest {what} on {topic} is {age:.3f} s old (state_timeout_s={timeout_s:g}); "

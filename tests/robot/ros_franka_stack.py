@@ -5,7 +5,9 @@ be built here): it publishes what franka_ros2's broadcasters publish, under thei
 executes the commands a Cartesian pose controller, a joint trajectory controller and a gripper
 service take, by driving franky-sim over the real libfranka protocol:
 
-- ``/joint_states`` (``fr3_joint1..7`` measured, ``fr3_finger_joint1/2`` = half the gripper width) and
+- ``/joint_states`` (``fr3_joint1..7`` measured, ``fr3_finger_joint1/2`` = half the gripper width, as
+  franka_ros2's joint_state_publisher joins them), the same split as the arm's and the gripper's own
+  (``/franka/joint_states``, ``/fr3_gripper/joint_states``), and
   ``/franka_robot_state_broadcaster/current_pose`` (the TCP from the measured joints), at ``--rate-hz``;
 - ``/cartesian_impedance_controller/target_pose`` -> an absolute franky ``CartesianMotion``;
 - ``/fr3_arm_controller/joint_trajectory`` -> a franky ``JointMotion`` to its last point;
@@ -29,6 +31,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+FINGERS = ["fr3_finger_joint1", "fr3_finger_joint2"]
 DOMAIN_ID = 30 + os.getpid() % 100  # a DDS domain of this test process, apart from test_ros_nodes' 150-229
 
 
@@ -68,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     rclpy.init()
     node = rclpy.create_node("franka_ros2_stand_in")
     joints_pub = node.create_publisher(JointState, "/joint_states", 10)
+    arm_pub = node.create_publisher(JointState, "/franka/joint_states", 10)
+    fingers_pub = node.create_publisher(JointState, "/fr3_gripper/joint_states", 10)
     pose_pub = node.create_publisher(PoseStamped, "/franka_robot_state_broadcaster/current_pose", 10)
 
     def publish_state() -> None:
@@ -75,10 +80,12 @@ def main(argv: list[str] | None = None) -> int:
         T = np.asarray(robot.model.pose(franky.Frame.EndEffector, state).matrix)
         stamp = node.get_clock().now().to_msg()
         half = float(gripper.width) / 2
-        msg = JointState(name=[f"fr3_joint{i}" for i in range(1, 8)] + ["fr3_finger_joint1", "fr3_finger_joint2"],
-                         position=[float(v) for v in state.q] + [half, half])
-        msg.header.stamp, msg.header.frame_id = stamp, "base"
-        joints_pub.publish(msg)
+        arm_names, arm_q = [f"fr3_joint{i}" for i in range(1, 8)], [float(v) for v in state.q]
+        for pub, names, position in ((joints_pub, arm_names + FINGERS, arm_q + [half, half]),
+                                     (arm_pub, arm_names, arm_q), (fingers_pub, FINGERS, [half, half])):
+            msg = JointState(name=names, position=position)
+            msg.header.stamp, msg.header.frame_id = stamp, "base"
+            pub.publish(msg)
         pose = PoseStamped()
         pose.header.stamp, pose.header.frame_id = stamp, "base"
         pose.pose.position.x, pose.pose.position.y, pose.pose.position.z = (float(v) for v in T[:3, 3])

@@ -50,6 +50,19 @@ def test_state_comes_in_homing_goes_out_and_motion_needs_the_safety_layer(stack,
             layer.home()
 
 
+def test_arm_and_fingers_from_separate_topics_read_the_same(stack):
+    """franka_ros2 without the joined /joint_states: the arm's and the gripper's own JointState topics."""
+    with RosArm(ros_arm_config()) as joined, RosArm(ros_arm_config(
+            joint_states_topic="/franka/joint_states", finger_joint_states_topic="/fr3_gripper/joint_states")) as split:
+        a, b = joined.observation(), split.observation()
+        np.testing.assert_allclose(a.joint_positions_rad, b.joint_positions_rad, atol=1e-3)
+        assert a.gripper_width_m == pytest.approx(b.gripper_width_m, abs=1e-3) and 0 < b.gripper_width_m <= 0.081
+    with pytest.raises(RobotUnreachableError, match="the fingers panda_finger_joint1, panda_finger_joint2 on "
+                                                    "/joint_states"):
+        RosArm(ros_arm_config(finger_joint_names=("panda_finger_joint1", "panda_finger_joint2"),
+                              connect_timeout_s=1.0)).connect()
+
+
 def test_stop_makes_the_measured_pose_the_target(stack):
     """A 2 cm step, not waited for, then ``stop``: the arm stays near where it was, short of the step."""
     with RosArm(ros_arm_config(wait_for_motion=False)) as arm, SafetyLayer(arm, LIMITS) as layer:
@@ -92,7 +105,7 @@ def test_no_stack_is_named_with_its_topics():
     with pytest.raises(RobotUnreachableError) as e:
         RosArm(config).connect()
     assert time.monotonic() - started < 10
-    assert "/joint_states (0 publishers seen)" in str(e.value)
+    assert "the arm joints on /joint_states (0 publishers seen)" in str(e.value)
     assert "/franka_robot_state_broadcaster/current_pose" in str(e.value) and "ROS_DOMAIN_ID" in str(e.value)
 
 
