@@ -81,7 +81,7 @@ def main() -> None:
                 arm = FrankyArm(FrankyArmConfig(robot_ip=host, ignore_realtime=True, relative_dynamics_factor=0.5,
                                                 wait_for_motion=False))
             else:
-                sys.path.insert(0, str(ROOT / "tests" / "robot"))
+                sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "robot")]  # the stand-in and its helpers
                 from real_robot.ros_arm import RosArm
                 from ros_franka_stack import ros_arm_config, start_stack
 

@@ -54,22 +54,26 @@ def running_server(log_dir: Path):
     with open(log_path, "wb") as log:
         proc = subprocess.Popen([str(franky_sim_executable()), "--simulator", "mujoco", "--hostname", host],
                                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                preexec_fn=_die_with_parent)
+                                preexec_fn=die_with_parent)
     try:
         wait_until_serving(proc, host, log_path)
         yield host
     finally:
-        # SIGTERM by pid: the server ignores SIGINT when it runs in the background
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
+        stop_process(proc)  # by pid: the server ignores SIGINT when it runs in the background
 
 
-def _die_with_parent() -> None:
+def stop_process(proc: subprocess.Popen) -> None:
+    """SIGTERM a process this test run started, SIGKILL it after 10 s, and reap it."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+def die_with_parent() -> None:
     """In the child: SIGTERM it when the test process dies, even by SIGKILL (Linux), so that no
     server outlives a killed test run."""
     if sys.platform.startswith("linux"):

@@ -167,23 +167,18 @@ def main(argv: list[str] | None = None) -> int:
 @contextlib.contextmanager
 def start_stack(host: str, log_path: Path, relative_dynamics: float = 0.5):
     """Run the stand-in against the franky-sim at ``host`` in ``DOMAIN_ID``; stop it after."""
+    from franky_sim_server import die_with_parent, stop_process
     from real_robot.nodes.spec import local_ros_env
 
     env = {**os.environ, **local_ros_env(DOMAIN_ID), "PYTHONPATH": str(HERE.parents[1])}
     with open(log_path, "wb") as log:
         proc = subprocess.Popen([sys.executable, str(HERE / "ros_franka_stack.py"), "--host", host,
-                                 "--relative-dynamics", str(relative_dynamics)],
-                                env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                                 "--relative-dynamics", str(relative_dynamics)], env=env, stdout=log,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
     try:
         yield proc
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
+        stop_process(proc)
 
 
 if __name__ == "__main__":
