@@ -1,9 +1,12 @@
-"""The whole PPO loop (rollout, GAE, clipped update, weight sync) raises the return of a task
-that can be learned from its reward alone: the bandit of ``toy_env.BanditEnv``. The unit tests
-check each function; this one fails if rewards, actions and log-probs are misaligned anywhere
-between them."""
+"""The RL loop learns. PPO (rollout, GAE, clipped update, weight sync) raises the return of a task
+that can be learned from its reward alone: the bandit of ``toy_env.BanditEnv``. The main job's
+GRPO, shortened, teaches the shipped warm start to grasp on the main job's own task. The unit tests
+check each function; these fail if rewards, actions and log-probs are misaligned anywhere between
+them, or if a change stops the real task's reward from improving the policy."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -38,6 +41,35 @@ def test_ppo_learns_to_move_where_the_reward_is(bandit_task, tmp_path):
     # of 20 samples bring it to about 0.27 (seeded: the numbers are the same on every CPU run)
     first, last = np.mean(returns[:3]), np.mean(returns[-3:])
     assert last > first + 0.15, returns
+
+
+SHIPPED = Path(__file__).resolve().parents[2] / "warm_start" / "tiny-openvla-oft-put-on-plate"
+
+
+@pytest.mark.maniskill
+def test_the_main_jobs_grpo_teaches_the_shipped_warm_start_to_grasp(tmp_path):
+    """The main job's RL stage (``cpu_grpo_tiny_put_on_plate_easy`` from the shipped warm start),
+    shortened to fit the suite: 2 groups of 4 envs, each group always on the same initial state of
+    the training variant (17 and 21, where the warm start grasps in some episodes and not in
+    others: the contrast GRPO learns from), 40-step episodes, 8 iterations (about 2 min here).
+
+    Seeded, the run is the same on every run here: the warm start (iteration 1) and the first update
+    grasp in 11 of 16 episodes and succeed in 3; the last 4 iterations grasp in 31 of 32 and succeed
+    in 12. The margin, from the same run with the learning rate at 1e-12 (a policy that does not
+    learn): it grasps in 17 of its first 48 episodes (35 %) and in 7 of the last 32, and fails here;
+    at a grasp rate of 0.69 (the best the warm start showed) 29 of 32 has probability 0.004.
+    """
+    cfg = load_config("cpu_grpo_tiny_put_on_plate_easy", [
+        f"actor.model.model_path={SHIPPED}", "env.train.total_num_envs=8", "actor.global_batch_size=40",
+        "env.train.env_kwargs.enumerate_initial_states=[17,17,17,17,21,21,21,21]",
+        "env.train.max_episode_steps=40", "rollout.steps_per_rollout=40", "runner.max_epochs=8",
+        "runner.val_check_interval=-1", "runner.save_interval=-1", "runner.progress_bar=false"])
+    train(cfg, run_dir=tmp_path / "run")
+    records = [r for r in read_metrics(tmp_path / "run") if "train/grasped_once" in r]
+    assert len(records) == 8
+    grasps = [round(8 * r["train/grasped_once"]) for r in records]  # of 8 episodes per iteration
+    successes = [round(8 * r["train/success_once"]) for r in records]
+    assert sum(grasps[-4:]) >= 29 and sum(successes[-4:]) >= 10, (grasps, successes)
 
 
 def test_local_runtime_warns_that_it_cannot_pipeline(bandit_task):
