@@ -51,8 +51,8 @@ def test_the_main_jobs_grpo_teaches_the_shipped_warm_start_to_grasp(tmp_path):
     """The main job's RL stage (``cpu_grpo_tiny_put_on_plate_easy`` from the shipped warm start),
     shortened to fit the suite: 2 groups of 4 envs, each group always on the same initial state of
     the training variant (17 and 21, where the warm start grasps in some episodes and not in
-    others: the contrast GRPO learns from), 40-step episodes, 8 iterations, the envs in this process (serial: no
-    worker start-up; the same numbers as the pool's), about 2 min here.
+    others: the contrast GRPO learns from), 40-step episodes, 8 iterations, the envs in this
+    process (serial: no worker start-up; the same numbers as the pool's), about 2 min here.
 
     Seeded, the run is the same on every run here: the warm start (iteration 1) and the first update
     grasp in 11 of 16 episodes and succeed in 3; the last 4 iterations grasp in 31 of 32 and succeed
@@ -63,8 +63,9 @@ def test_the_main_jobs_grpo_teaches_the_shipped_warm_start_to_grasp(tmp_path):
     cfg = load_config("cpu_grpo_tiny_put_on_plate_easy", [
         f"actor.model.model_path={SHIPPED}", "env.train.total_num_envs=8", "actor.global_batch_size=40",
         "env.train.env_kwargs.enumerate_initial_states=[17,17,17,17,21,21,21,21]",
-        "env.train.max_episode_steps=40", "rollout.steps_per_rollout=40", "runner.max_epochs=8", "env.train.vectorization=serial",
-        "runner.val_check_interval=-1", "runner.save_interval=-1", "runner.progress_bar=false"])
+        "env.train.max_episode_steps=40", "rollout.steps_per_rollout=40", "runner.max_epochs=8",
+        "env.train.vectorization=serial", "runner.val_check_interval=-1", "runner.save_interval=-1",
+        "runner.progress_bar=false"])
     train(cfg, run_dir=tmp_path / "run")
     records = [r for r in read_metrics(tmp_path / "run") if "train/grasped_once" in r]
     assert len(records) == 8
