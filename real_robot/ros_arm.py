@@ -62,8 +62,10 @@ ARRIVED_M = 0.002
 """A waited-for Cartesian step has arrived when the measured TCP is this close to its target..."""
 MOVED_M = 0.001
 AT_REST_M = 2e-4
-"""...or when, having moved at least ``MOVED_M`` from its start, two readings ``AT_REST_INTERVAL_S``
-apart differ by less than this."""
+"""...or when, having come at least ``MOVED_M`` nearer its target than it started, two readings
+``AT_REST_INTERVAL_S`` apart differ by less than this. Nearer, not merely away from the start: the
+last millimetres of the previous step, sideways to this one, are not this step having begun (a
+step that returned on them was replaced by the next before it started, and lost)."""
 AT_REST_INTERVAL_S = 0.03
 HOME_TOLERANCE_RAD = 0.01
 HOME_AT_REST_RAD = 2e-4
@@ -194,6 +196,7 @@ class RosArm(Arm):
         self._pose: tuple[Any, float] | None = None
         self._gripper_call: dict[str, Any] = {}  # server name -> action or service client, once connected
         self._gripper_future: Any = None
+        self._warned_settle = False  # one warning for steps that time out; the rest at debug level
 
     def __repr__(self) -> str:
         return f"RosArm({self.config.namespace or '/'}: {self.config.target_pose_topic})"
@@ -467,17 +470,24 @@ class RosArm(Arm):
         if not self.config.wait_for_motion:
             return
         deadline_s = time.monotonic() + self.config.settle_timeout_s
-        start = previous = self.observation().T_base_from_tcp
+        T = previous = self.observation().T_base_from_tcp
+        start_distance = _pose_distance(T, target)
         while time.monotonic() < deadline_s:
             time.sleep(AT_REST_INTERVAL_S)
             T = self.observation().T_base_from_tcp
-            if _pose_distance(T, target) < ARRIVED_M:
+            distance = _pose_distance(T, target)
+            if distance < ARRIVED_M:
                 return
-            # at rest short of the target (contact, a controller's steady-state error), once it has moved:
-            # a controller takes a moment to react, and a TCP that has not started is not at rest
-            if _pose_distance(T, start) > MOVED_M and _pose_distance(T, previous) < AT_REST_M:
+            # at rest short of the target (contact, a controller's steady-state error), once it has come
+            # nearer: a controller takes a moment to react, and a TCP that has not started is not at rest
+            if distance < start_distance - MOVED_M and _pose_distance(T, previous) < AT_REST_M:
                 return
             previous = T
+        logger.log(logging.WARNING if not self._warned_settle else logging.DEBUG,
+                   "%s: a step was %.1f mm (pose distance) short of its target after settle_timeout_s=%g s; the next "
+                   "step starts from where the TCP is", self, 1000 * _pose_distance(T, target),
+                   self.config.settle_timeout_s)
+        self._warned_settle = True
 
     def _move_to_joint_positions(self, joint_positions_rad: Any) -> None:
         import numpy as np

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 
 import numpy as np
@@ -97,6 +98,58 @@ def test_a_frozen_stack_stale_state_nothing_is_sent(stack):
             stack.send_signal(signal.SIGCONT)
         time.sleep(1.5)
         np.testing.assert_allclose(arm.observation().tcp_position_m, before, atol=0.001)
+
+
+@pytest.mark.parametrize("drift_m, waits", [((0.0, 0.003, 0.0), True), ((0.0, 0.0, 0.005), False)])
+def test_a_step_ends_at_rest_only_once_the_tcp_came_nearer_its_target(drift_m, waits, caplog):
+    """A scripted stack whose TCP, once a target arrives, drifts ``drift_m`` in 0.1 s and stops. Sideways
+    (the last millimetres of the previous step while the controller has not taken up the new target)
+    the step has not begun: it waits out ``settle_timeout_s`` and warns; returning at rest there let
+    the next step replace this one before it started, and it was lost. Toward the target and stuck
+    (contact) it has: it ends at rest, without waiting the timeout out."""
+    from geometry_msgs.msg import PoseStamped
+    from sensor_msgs.msg import JointState
+
+    context = rclpy.Context()
+    rclpy.init(args=[], context=context, domain_id=(DOMAIN_ID + 2) % 233,
+               signal_handler_options=rclpy.signals.SignalHandlerOptions.NO)
+    node = rclpy.create_node("scripted_stack", context=context)
+    joints = node.create_publisher(JointState, "/joint_states", 10)
+    pose = node.create_publisher(PoseStamped, "/franka_robot_state_broadcaster/current_pose", 10)
+    target_arrived_s: list[float] = []
+    node.create_subscription(PoseStamped, "/cartesian_impedance_controller/target_pose",
+                             lambda msg: target_arrived_s.append(time.monotonic()), 10)
+
+    def publish() -> None:
+        moved = min(1.0, (time.monotonic() - target_arrived_s[0]) / 0.1) if target_arrived_s else 0.0
+        msg = PoseStamped()
+        msg.header.stamp, msg.header.frame_id = node.get_clock().now().to_msg(), "base"
+        p = msg.pose.position
+        p.x, p.y, p.z = (float(v + moved * d) for v, d in zip((0.5, 0.0, 0.3), drift_m))
+        msg.pose.orientation.x = 1.0  # pointing down
+        joints.publish(JointState(name=[f"fr3_joint{i}" for i in range(1, 8)] + ["fr3_finger_joint1",
+                                  "fr3_finger_joint2"], position=[0.0] * 7 + [0.04, 0.04]))
+        pose.publish(msg)
+
+    node.create_timer(0.01, publish)
+    executor = rclpy.executors.SingleThreadedExecutor(context=context)
+    executor.add_node(node)
+    spinner = threading.Thread(target=executor.spin, daemon=True)
+    spinner.start()
+    config = ros_arm_config(domain_id=(DOMAIN_ID + 2) % 233, gripper="none", settle_timeout_s=0.8)
+    try:
+        with RosArm(config) as arm, SafetyLayer(arm, LIMITS) as layer:
+            started = time.monotonic()
+            layer.send_action(np.array([0, 0, 0.5, 0, 0, 0, -1.0]))  # 5 cm up
+            took_s = time.monotonic() - started
+    finally:
+        executor.shutdown(timeout_sec=1.0)
+        context.try_shutdown()
+    warned = any("short of its target" in r.getMessage() for r in caplog.records)
+    if waits:
+        assert took_s >= 0.8 and warned, (took_s, warned)
+    else:
+        assert took_s < 0.6 and not warned, (took_s, warned)
 
 
 def test_no_stack_is_named_with_its_topics():
