@@ -33,12 +33,14 @@ def test_ppo_learns_to_move_where_the_reward_is(bandit_task, tmp_path):
     cfg = load_config("cpu_ppo_tiny_put_on_plate", [
         f"env.train.task={bandit_task}", f"env.eval.task={bandit_task}", "env.train.env_kwargs={}",
         "env.eval.env_kwargs={}", "runner.val_check_interval=-1", "runner.save_interval=1000",
-        "runner.progress_bar=false", "runner.max_epochs=12", "rollout.steps_per_rollout=40", "actor.optim.lr=1e-3"])
+        "runner.progress_bar=false", "runner.max_epochs=8", "rollout.steps_per_rollout=40", "actor.optim.lr=2e-3"])
     train(cfg, run_dir=tmp_path / "run")
     returns = [r["train/return"] for r in read_metrics(tmp_path / "run") if "train/return" in r]
-    assert len(returns) == 12
-    # a random tiny policy's y is about 0 (episode return about 0 of at most 1.6); 12 iterations
-    # of 20 samples bring it to about 0.27 (seeded: the numbers are the same on every CPU run)
+    assert len(returns) == 8
+    # a random tiny policy's y is about 0 (episode return about 0 of at most 1.6); seeded (the same
+    # numbers on every CPU run), the mean return of the first 3 iterations is -0.04 and of the last 3
+    # 0.21 (actor.seed=1: +0.17). The same run with lr=1e-12, which does not learn, ends 0.07 lower
+    # than it began: its iterations' returns scatter by about 0.1.
     first, last = np.mean(returns[:3]), np.mean(returns[-3:])
     assert last > first + 0.15, returns
 
@@ -51,27 +53,27 @@ def test_the_main_jobs_grpo_teaches_the_shipped_warm_start_to_grasp(tmp_path):
     """The main job's RL stage (``cpu_grpo_tiny_put_on_plate_easy`` from the shipped warm start),
     shortened to fit the suite: 2 groups of 4 envs, each group always on the same initial state of
     the training variant (17 and 21, where the warm start grasps in some episodes and not in
-    others: the contrast GRPO learns from), 40-step episodes, 8 iterations, the envs in this
-    process (serial: no worker start-up; the same numbers as the pool's), about 2 min here.
+    others: the contrast GRPO learns from), 40-step episodes, 6 iterations, the envs in this
+    process (serial: no worker start-up; the same numbers as the pool's), under 2 min here.
 
-    Seeded, the run is the same on every run here: the warm start (iteration 1) and the first update
-    grasp in 11 of 16 episodes and succeed in 3; the last 4 iterations grasp in 31 of 32 and succeed
-    in 12. The margin, from the same run with the learning rate at 1e-12 (a policy that does not
-    learn): it grasps in 17 of its first 48 episodes (35 %) and in 7 of the last 32, and fails here;
-    at a grasp rate of 0.69 (the best the warm start showed) 29 of 32 has probability 0.004.
+    Seeded, the run is the same on every run here: grasps per iteration 5, 6, 6, 8, 7, 8 of 8 and
+    successes 2, 1, 2, 4, 2, 2; the last 3 iterations grasp in 23 of 24 and succeed in 8. The
+    margin, from the same run with the learning rate at 1e-12 (a policy that does not learn): grasps
+    5, 4, 2, 3, 3, 0 and successes 2, 1, 0, 0, 0, 0, so 6 and 0 of the last 24, and it fails here;
+    at a grasp rate of 0.69 (the best the warm start showed) 22 of 24 has probability 0.009.
     """
     cfg = load_config("cpu_grpo_tiny_put_on_plate_easy", [
         f"actor.model.model_path={SHIPPED}", "env.train.total_num_envs=8", "actor.global_batch_size=40",
         "env.train.env_kwargs.enumerate_initial_states=[17,17,17,17,21,21,21,21]",
-        "env.train.max_episode_steps=40", "rollout.steps_per_rollout=40", "runner.max_epochs=8",
+        "env.train.max_episode_steps=40", "rollout.steps_per_rollout=40", "runner.max_epochs=6",
         "env.train.vectorization=serial", "runner.val_check_interval=-1", "runner.save_interval=-1",
         "runner.progress_bar=false"])
     train(cfg, run_dir=tmp_path / "run")
     records = [r for r in read_metrics(tmp_path / "run") if "train/grasped_once" in r]
-    assert len(records) == 8
+    assert len(records) == 6
     grasps = [round(8 * r["train/grasped_once"]) for r in records]  # of 8 episodes per iteration
     successes = [round(8 * r["train/success_once"]) for r in records]
-    assert sum(grasps[-4:]) >= 29 and sum(successes[-4:]) >= 10, (grasps, successes)
+    assert sum(grasps[-3:]) >= 22 and sum(successes[-3:]) >= 6, (grasps, successes)
 
 
 def test_local_runtime_warns_that_it_cannot_pipeline(bandit_task):

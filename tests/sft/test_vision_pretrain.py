@@ -96,12 +96,12 @@ def test_pretraining_learns_where_the_square_is_and_leaves_the_language_model_al
     policy = VLAPolicy(model, tok)
     llm_before = {k: v.clone() for k, v in policy.core.language_model.state_dict().items()}
     vision_before = policy.core.vision_backbone.state_dict()["featurizer.embeddings.patch_embeddings.projection.weight"].clone()
-    metrics = pretrain_vision(policy, demos, steps=60, batch_size=32, lr=1e-3, eval_every=30,
+    metrics = pretrain_vision(policy, demos, steps=30, batch_size=32, lr=1e-3, eval_every=15,
                               out_dir=tmp_path / "ckpt", progress=False)
     print(json.dumps(metrics["val_after"]), json.dumps(metrics["val_of_mean"]))
     assert metrics["num_val_frames"] == 2 * 6 and metrics["targets"][:2] == ["object.x", "object.y"]
-    # held-out frames: far better than predicting the mean position (about 8 cm off); 60 steps
-    # reach about 1.2 cm here (90: 0.7)
+    # held-out frames: far better than predicting the mean position (about 8 cm off); 30 steps
+    # reach about 2.2 cm here (60: 1.2, 90: 0.7)
     assert metrics["val_after"]["object_cm"] < 0.5 * metrics["val_of_mean"]["object_cm"]
     assert all(torch.equal(v, llm_before[k]) for k, v in policy.core.language_model.state_dict().items())
     assert not torch.equal(vision_before, policy.core.vision_backbone.state_dict()[
@@ -132,17 +132,17 @@ def test_cli_pretrain_then_sft_init_from(tmp_path, capsys):
     assert (tmp_path / "sft" / "config.json").is_file()
 
 
-def test_sft_co_trains_grounding_from_the_action_slots(tmp_path):
-    """With a scene loss the action slots learn where the square is (z-scored MSE well under the
-    1.0 of predicting the mean); the head is discarded and the checkpoint is a plain policy."""
-    demos = write_scene_demos(tmp_path / "demos", episodes=16, steps=6)
+def test_sft_with_a_scene_loss_discards_its_head_and_refuses_demos_without_poses(tmp_path):
+    """The scene loss is computed and reported, its head is discarded and the checkpoint is a plain
+    policy. (That it teaches the slots where things are is not shown here: on these squares, where
+    2 of the 5 z-scored targets vary, predicting the mean scores 0.40, and 60 steps end at 0.40; on
+    PutOnPlate the warm start's stages bring it from 0.95 to 0.15-0.22, ``made_by.json``.)"""
+    demos = write_scene_demos(tmp_path / "demos", episodes=4, steps=3)
     model, tok = tiny("tiny-openvla-oft", seed=0)
     policy = VLAPolicy(model, tok)
-    # the scene loss falls from 1.0 (predicting the mean) to about 0.41 within 20 steps and stays there
-    cfg = SFTConfig(steps=20, batch_size=16, lr=1e-3, log_every=5, scene_loss_weight=1.0)
+    cfg = SFTConfig(steps=2, batch_size=4, lr=1e-3, log_every=1, scene_loss_weight=1.0)
     metrics = train_sft(policy, demos, cfg, out_dir=tmp_path / "sft", progress=False)
-    print(metrics["final_scene_loss"])
-    assert metrics["scene_loss_weight"] == 1.0 and metrics["final_scene_loss"] < 0.5
+    assert metrics["scene_loss_weight"] == 1.0 and 0 < metrics["final_scene_loss"] < 10
     reloaded, _ = load_pretrained(tmp_path / "sft")
     assert not any("scene" in name for name in reloaded.state_dict())
     plain = write_plain_demos(tmp_path / "plain")
