@@ -19,6 +19,8 @@ import pytest
 import torch
 
 from vla_trainer.config import load_config
+from vla_trainer.metrics_log import read_metrics
+from vla_trainer.models import load_pretrained
 from vla_trainer.runner import train
 from vla_trainer.runtime.errors import WorkerFailed
 from vla_trainer.runtime.ray_runtime import RayRuntime
@@ -78,14 +80,12 @@ SHIPPED = Path(__file__).resolve().parents[2] / "warm_start" / "tiny-openvla-oft
 
 
 def _final_weights(run):
-    from vla_trainer.models import load_pretrained
-
     model, _ = load_pretrained(run / "checkpoints" / "iter_000002" / "model")
     return model.state_dict()
 
 
 @pytest.fixture(scope="module")
-def with_bc(tmp_path_factory):
+def recipe(tmp_path_factory):
     """``BASE`` from the shipped warm start, which reads the robot state (env workers must hand each
     step's state through the pipeline to the rollout and the update, as one process keeps it),
     with the behaviour-cloning term on (``algorithm.bc_coef``: each actor rank draws the demo indices
@@ -98,21 +98,18 @@ def with_bc(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def one_process_run(tmp_path_factory, with_bc):
+def one_process_run(tmp_path_factory, recipe):
     run = tmp_path_factory.mktemp("local") / "run"
-    train(load_config("cpu_ppo_tiny_put_on_plate", with_bc), run_dir=run)
+    train(load_config("cpu_ppo_tiny_put_on_plate", recipe), run_dir=run)
     return run
 
 
 @pytest.mark.parametrize("mode", list(LAYOUTS))
-def test_two_iterations_in_every_placement_match_one_process(mode, one_process_run, with_bc, tmp_path):
+def test_two_iterations_in_every_placement_match_one_process(mode, one_process_run, recipe, tmp_path):
     """PPO with the behaviour-cloning term: the placement's actor ranks (two in the colocated and
     hybrid placements on 2 cores, one in the disaggregated) train to the one-process weights, and
     the term was really there."""
-    from vla_trainer.metrics_log import read_metrics
-    from vla_trainer.models import load_pretrained
-
-    result = train(load_config("cpu_ppo_tiny_put_on_plate", with_bc + RAY + LAYOUTS[mode]), run_dir=tmp_path / "run")
+    result = train(load_config("cpu_ppo_tiny_put_on_plate", recipe + RAY + LAYOUTS[mode]), run_dir=tmp_path / "run")
     assert result.iterations == 2
     expected, got = _final_weights(one_process_run), _final_weights(result.run_dir)
     initial, _ = load_pretrained(SHIPPED)
@@ -180,6 +177,5 @@ def test_dead_workers_are_restarted_and_the_interrupted_rollout_runs_again_uncha
     finally:
         rt.close()
     assert _wait_gone(set(seen)) == []
-    from vla_trainer.models import load_pretrained
 
     load_pretrained(ckpt / "model")
