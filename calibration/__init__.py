@@ -1,7 +1,7 @@
 """Sim-to-real camera calibration: make the Panda twin's third-person camera match the real one.
 
 The tool ends in one file, the camera file (``vla-camera-v1``, read by
-``vla_envs.tasks.put_on_plate.camera.load_camera_file``): the camera's intrinsics and its pose
+``vla_envs.camera_file.load_camera_file``): the camera's intrinsics and its pose
 in the robot base frame, ``T_base_from_cam``. The steps, each a module:
 
     board.py        the ChArUco board spec (``board.json``); printout.py prints it at true scale

@@ -1,6 +1,6 @@
 """Writing the camera file the Panda twin reads (``vla-camera-v1``), with the calibration report.
 
-The format's reader is ``vla_envs.tasks.put_on_plate.camera.load_camera_file``: it needs
+The format's reader is ``vla_envs.camera_file.load_camera_file``: it needs
 ``format``, ``width``, ``height``, ``intrinsic`` and ``T_base_from_cam`` and ignores other
 fields. This writer adds a ``calibration`` object: when, how, how well. The file is written to a
 temporary name beside the target, read back with that reader, then renamed over the target, so
@@ -79,7 +79,7 @@ def write_camera_file(path: str | Path, *, intrinsics: Intrinsics, T_base_from_c
     Raises:
         ValueError: if the reader rejects the content (the target is left untouched).
     """
-    from vla_envs.tasks.put_on_plate.camera import load_camera_file
+    from vla_envs.camera_file import load_camera_file
 
     T = check_transform(T_base_from_cam, "T_base_from_cam")
     data = {"format": CAMERA_FORMAT, "width": intrinsics.width, "height": intrinsics.height,

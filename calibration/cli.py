@@ -327,7 +327,7 @@ def cmd_overlay(args: argparse.Namespace) -> int:
 
     from calibration.overlay import NUM_ARM_JOINTS, TwinRenderer, TwinUnavailableError, fit_to_view, read_image, \
         write_overlay
-    from vla_envs.tasks.put_on_plate.camera import load_camera_file
+    from vla_envs.camera_file import load_camera_file
 
     if args.out.suffix.lower() != ".png":
         raise UsageError("--out", f"{args.out} must be a .png file (the report goes beside it as .json)")
@@ -372,7 +372,7 @@ def cmd_overlay(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------------- drift
 def cmd_drift_pin(args: argparse.Namespace) -> int:
     from calibration.drift import pin_reference
-    from vla_envs.tasks.put_on_plate.camera import load_camera_file
+    from vla_envs.camera_file import load_camera_file
 
     spec = load_board(args.board)
     try:

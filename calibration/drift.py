@@ -169,7 +169,7 @@ def pin_reference(out: str | Path, camera_file: str | Path, image, board: BoardS
     import cv2
 
     from calibration.overlay import file_sha256
-    from vla_envs.tasks.put_on_plate.camera import load_camera_file
+    from vla_envs.camera_file import load_camera_file
 
     camera = load_camera_file(camera_file)
     dist = np.asarray((camera.calibration or {}).get("dist_coeffs", np.zeros(5)), dtype=float).reshape(-1)

@@ -102,7 +102,7 @@ class TwinRenderer:
 
     def __init__(self, camera_file: str | Path, camera_crop: tuple[int, int, int, int] | None = None, *,
                  assets: str = "procedural", asset_root: str | Path | None = None):
-        from vla_envs.tasks.put_on_plate.camera import load_camera_file
+        from vla_envs.camera_file import load_camera_file
 
         self.camera = load_camera_file(camera_file)
         left, top, right, bottom = self.camera.check_crop(camera_crop)

@@ -10,7 +10,7 @@ import pytest
 from calibration.camera_file import write_camera_file
 from calibration.intrinsics import intrinsics_from_matrix
 from calibration.synthetic import look_at
-from vla_envs.tasks.put_on_plate.camera import DEFAULT_CAMERA_FILE, load_camera_file
+from vla_envs.camera_file import DEFAULT_CAMERA_FILE, load_camera_file
 
 K = [[611.2, 0.0, 318.4], [0.0, 610.9, 242.7], [0.0, 0.0, 1.0]]
 

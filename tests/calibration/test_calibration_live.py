@@ -203,7 +203,7 @@ def test_a_live_session_on_franky_sim_recovers_the_camera(layer, tmp_path):
     # the folder is a normal session: the offline command solves it into the camera file the twin loads
     out = tmp_path / "camera.json"
     assert main(["handeye", "--session", str(folder), "--out", str(out)]) == 0
-    from vla_envs.tasks.put_on_plate.camera import load_camera_file
+    from vla_envs.camera_file import load_camera_file
 
     camera_file = load_camera_file(out)
     assert (camera_file.width, camera_file.height) == (INTRINSICS.width, INTRINSICS.height)
@@ -359,7 +359,7 @@ def test_the_live_command_homes_collects_solves_and_writes_the_camera_file(frank
     assert [f"pose {i}/6: sample" in out for i in range(1, 7)] == [True] * 6, out
     assert "PASS: " in out
     from calibration.transforms import transform_difference
-    from vla_envs.tasks.put_on_plate.camera import load_camera_file
+    from vla_envs.camera_file import load_camera_file
 
     trans_mm, rot_deg = transform_difference(T_base_from_cam, load_camera_file(files["out"]).T_base_from_cam)
     with capsys.disabled():

@@ -16,7 +16,7 @@ from calibration.hand_eye import METHODS
 from calibration.session import load_session, solve_session
 from calibration.synthetic import make_scene, write_synthetic_session
 from calibration.transforms import transform_difference
-from vla_envs.tasks.put_on_plate.camera import load_camera_file
+from vla_envs.camera_file import load_camera_file
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from vla_envs.core.backend import env_rows
 from vla_envs.errors import AssetsMissingError
 from vla_envs.tasks.put_on_plate import episodes, rewards
 from vla_envs.tasks.put_on_plate.assets import load_pack, resolve_pack
-from vla_envs.tasks.put_on_plate.camera import DEFAULT_CAMERA_FILE, load_camera_file
+from vla_envs.camera_file import DEFAULT_CAMERA_FILE, load_camera_file
 
 
 @pytest.fixture(scope="session")

@@ -46,7 +46,7 @@ def test_the_summary_has_both_success_notions_with_intervals():
 
 def _camera_file(tmp_path: Path) -> Path:
     """A 64x48 camera (the default one's pose, its intrinsics scaled): recordings stay small."""
-    default = json.loads((Path(__file__).resolve().parents[2] / "vla_envs/tasks/put_on_plate/default_camera.json")
+    default = json.loads((Path(__file__).resolve().parents[2] / "vla_envs/default_camera.json")
                          .read_text())
     k = np.array(default["intrinsic"]) * 0.1
     k[2, 2] = 1.0

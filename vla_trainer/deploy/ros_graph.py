@@ -36,8 +36,7 @@ TWIN_CONTROL_PERIOD_S = 0.2
 TWIN_REST_JOINT_POSITIONS_RAD = (0.0, 0.3927, 0.0, -1.9635, 0.0, 2.3562, 0.7854)
 """``vla_envs.backends.franka.twin.TWIN_REST_JOINT_POSITIONS_RAD``, where the bridge's ``~/home`` goes:
 every twin episode starts there (a test keeps the two equal; copied so that this module needs no numpy)."""
-DEFAULT_CAMERA_FILE = (Path(__file__).resolve().parents[2] / "vla_envs" / "tasks" / "put_on_plate"
-                       / "default_camera.json")
+DEFAULT_CAMERA_FILE = Path(__file__).resolve().parents[2] / "vla_envs" / "default_camera.json"
 """The twin's default camera file (read as JSON here, without importing ``vla_envs``)."""
 
 LAUNCH_ARGUMENTS: dict[str, tuple[str | None, str]] = {
@@ -151,7 +150,7 @@ def graph_from_launch_arguments(values: Mapping[str, str]) -> list[NodeSpec]:
 
 
 def camera_file_hw(path: str | Path) -> tuple[int, int]:
-    """``(height, width)`` of a camera file (``vla_envs.tasks.put_on_plate.camera`` checks the rest)."""
+    """``(height, width)`` of a camera file (``vla_envs.camera_file`` checks the rest)."""
     path = Path(path)
     try:
         data = json.loads(path.read_text())

@@ -186,7 +186,7 @@ def resolve_camera(camera_crop: tuple[int, ...] | None, camera_file: str, camera
             if not (0 <= left < right <= hw[1] and 0 <= top < bottom <= hw[0]):
                 raise ValueError(f"camera_crop {list(crop)} does not fit a {hw[1]}x{hw[0]} frame")
         return crop, hw
-    from vla_envs.tasks.put_on_plate.camera import load_camera_file
+    from vla_envs.camera_file import load_camera_file
 
     cam = load_camera_file(camera_file or None)
     crop = None if crop is None else cam.check_crop(crop)

@@ -48,7 +48,7 @@ def make_franka_vector_env(num_envs: int = 1, *, instruction: str, robot_ip: str
     from real_robot.realsense import RealSenseCamera, RealSenseCameraConfig
     from real_robot.safety import SafetyLayer, SafetyLimits
     from vla_envs.core import ChunkVectorEnv
-    from vla_envs.tasks.put_on_plate.camera import load_camera_file
+    from vla_envs.camera_file import load_camera_file
 
     from .backend import FrankaBackend
     from .twin import TWIN_REST_JOINT_POSITIONS_RAD

@@ -41,10 +41,10 @@ from mani_skill.utils.structs.types import SimConfig
 from PIL import Image
 
 from vla_envs.backends.maniskill.common import to_maniskill_action
+from vla_envs.camera_file import CameraFile, load_camera_file
 from vla_envs.core.backend import env_rows
 from vla_envs.tasks.put_on_plate import episodes, rewards
 from vla_envs.tasks.put_on_plate.assets import AssetPack
-from vla_envs.tasks.put_on_plate.camera import CameraFile, load_camera_file
 from vla_envs.tasks.put_on_plate.expert import OPEN, PHASES, ScriptedExpert
 from vla_envs.tasks.put_on_plate.options import REWARD_MODES
 from vla_envs.tasks.put_on_plate.robots import ensure_lowpoly_panda  # noqa: F401 (registers it)

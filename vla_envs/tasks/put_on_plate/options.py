@@ -108,7 +108,7 @@ class PutOnPlateOptions(TaskOptions):
 
     def check_camera(self) -> None:
         """Reads the camera file and checks the crop against its image (errors name the field)."""
-        from vla_envs.tasks.put_on_plate.camera import load_camera_file
+        from vla_envs.camera_file import load_camera_file
 
         load_camera_file(self.camera_file).check_crop(self.camera_crop)
 

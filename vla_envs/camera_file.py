@@ -1,5 +1,6 @@
-"""The camera file shared by the calibration tool (which writes it) and the Panda twin (which
-reads it): the third-person camera's intrinsics and pose in the robot base frame.
+"""The camera file shared by the calibration tool (which writes it), the Panda twin and the real
+Franka env (which read it): the third-person camera's intrinsics and pose in the robot base frame.
+``default_camera.json`` beside this module is the reference's camera (PutOnPlateInScene25's).
 
 Format (JSON)::
 
