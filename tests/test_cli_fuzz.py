@@ -8,13 +8,13 @@ so a command that accepted it would be a bug, and none of them starts real work.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from shipped_paths import SHIPPED_WARM_START
 
-SHIPPED = str(Path(__file__).resolve().parents[1] / "warm_start" / "tiny-openvla-oft-put-on-plate")
+SHIPPED = str(SHIPPED_WARM_START)
 
 # what a shell can pass: any text but NUL (an argv string cannot hold it)
 TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=24)

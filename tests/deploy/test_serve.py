@@ -7,19 +7,17 @@ import pickle
 import socket
 import struct
 import threading
-from pathlib import Path
 
 import numpy as np
 import pytest
+from shipped_paths import SHIPPED_WARM_START
 
 from vla_trainer.deploy.serve import PolicyClient, PolicyServer, PolicyService, ProtocolError, decode, encode, read_frame
-
-WARM_START = Path(__file__).resolve().parents[2] / "warm_start" / "tiny-openvla-oft-put-on-plate"
 
 
 @pytest.fixture(scope="module")
 def service():
-    return PolicyService(WARM_START)
+    return PolicyService(SHIPPED_WARM_START)
 
 
 @pytest.fixture(scope="module")

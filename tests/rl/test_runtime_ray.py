@@ -12,11 +12,11 @@ import signal
 import tempfile
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from shipped_paths import SHIPPED_WARM_START
 
 from vla_trainer.config import load_config
 from vla_trainer.metrics_log import read_metrics
@@ -76,9 +76,6 @@ def _wait_gone(pids, seconds=20.0):
     return [p for p in pids if _alive(p)]
 
 
-SHIPPED = Path(__file__).resolve().parents[2] / "warm_start" / "tiny-openvla-oft-put-on-plate"
-
-
 def _final_weights(run):
     model, _ = load_pretrained(run / "checkpoints" / "iter_000002" / "model")
     return model.state_dict()
@@ -93,7 +90,7 @@ def recipe(tmp_path_factory):
     from synthetic_demos import write_demos
 
     demos = write_demos(tmp_path_factory.mktemp("demos") / "demos", state_dim=16)
-    return BASE + [f"actor.model.model_path={SHIPPED}", "algorithm.bc_coef=0.5", "algorithm.bc_batch_size=4",
+    return BASE + [f"actor.model.model_path={SHIPPED_WARM_START}", "algorithm.bc_coef=0.5", "algorithm.bc_batch_size=4",
                    f"algorithm.bc_demo_dirs=[{demos}]"]
 
 
@@ -112,7 +109,7 @@ def test_two_iterations_in_every_placement_match_one_process(mode, one_process_r
     result = train(load_config("cpu_ppo_tiny_put_on_plate", recipe + RAY + LAYOUTS[mode]), run_dir=tmp_path / "run")
     assert result.iterations == 2
     expected, got = _final_weights(one_process_run), _final_weights(result.run_dir)
-    initial, _ = load_pretrained(SHIPPED)
+    initial, _ = load_pretrained(SHIPPED_WARM_START)
     changed = [k for k, v in initial.state_dict().items() if not torch.equal(got[k], v)]
     assert changed, "training changed no parameter"
     for k in expected:

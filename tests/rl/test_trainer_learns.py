@@ -6,10 +6,10 @@ them, or if a change stops the real task's reward from improving the policy."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 import pytest
+from shipped_paths import SHIPPED_WARM_START
 
 from vla_trainer.config import load_config
 from vla_trainer.metrics_log import read_metrics
@@ -45,9 +45,6 @@ def test_ppo_learns_to_move_where_the_reward_is(bandit_task, tmp_path):
     assert last > first + 0.15, returns
 
 
-SHIPPED = Path(__file__).resolve().parents[2] / "warm_start" / "tiny-openvla-oft-put-on-plate"
-
-
 @pytest.mark.maniskill
 def test_the_main_jobs_grpo_teaches_the_shipped_warm_start_to_grasp(tmp_path):
     """The main job's RL stage (``cpu_grpo_tiny_put_on_plate_easy`` from the shipped warm start),
@@ -63,7 +60,7 @@ def test_the_main_jobs_grpo_teaches_the_shipped_warm_start_to_grasp(tmp_path):
     at a grasp rate of 0.69 (the best the warm start showed) 22 of 24 has probability 0.009.
     """
     cfg = load_config("cpu_grpo_tiny_put_on_plate_easy", [
-        f"actor.model.model_path={SHIPPED}", "env.train.total_num_envs=8", "actor.global_batch_size=40",
+        f"actor.model.model_path={SHIPPED_WARM_START}", "env.train.total_num_envs=8", "actor.global_batch_size=40",
         "env.train.env_kwargs.enumerate_initial_states=[17,17,17,17,21,21,21,21]",
         "env.train.max_episode_steps=40", "rollout.steps_per_rollout=40", "runner.max_epochs=6",
         "env.train.vectorization=serial", "runner.val_check_interval=-1", "runner.save_interval=-1",

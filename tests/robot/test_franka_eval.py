@@ -11,11 +11,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from shipped_paths import SHIPPED_WARM_START
 
 from vla_trainer.deploy.franka_eval import CheckpointMismatchError, check_fit, main, summary
 from vla_trainer.deploy.serve import PolicySpec
 
-WARM_START = Path(__file__).resolve().parents[2] / "warm_start" / "tiny-openvla-oft-put-on-plate"
 SPEC = PolicySpec(image_size=64, state_dim=16, chunk_size=8, action_dim=7, camera_crop=(190, 80, 460, 350),
                   model_dir="m")
 
@@ -68,7 +68,7 @@ def _args(franky_sim, recording, tmp_path, *extra):
     limits = tmp_path / "limits.yaml"
     limits.write_text("workspace_min_m: [0.35, -0.3, 0.08]\nworkspace_max_m: [0.85, 0.3, 0.5]\n"
                       "max_relative_dynamics_factor: 0.5\nwatchdog_timeout_s: 5.0\ngripper_min_interval_s: 0.0\n")
-    return ["--checkpoint", str(WARM_START), "--robot-ip", franky_sim, "--playback", str(recording),
+    return ["--checkpoint", str(SHIPPED_WARM_START), "--robot-ip", franky_sim, "--playback", str(recording),
             "--instruction", "put carrot on plate", "--episodes", "1", "--time-limit", "6",
             "--camera-file", str(_camera_file(tmp_path)), "--camera-crop", "0,0,64,48", "--operator", "scripted",
             "--ignore-realtime", "--relative-dynamics", "0.5", "--safety-limits", str(limits),
@@ -78,7 +78,7 @@ def _args(franky_sim, recording, tmp_path, *extra):
 def _no_crop_model(tmp_path: Path) -> Path:
     model = tmp_path / "model"
     model.mkdir(exist_ok=True)
-    for f in WARM_START.iterdir():
+    for f in SHIPPED_WARM_START.iterdir():
         if f.name != "made_by.json" and not (model / f.name).exists():
             (model / f.name).symlink_to(f)
     return model

@@ -22,12 +22,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from shipped_paths import SHIPPED_WARM_START
 
 from real_robot.nodes.spec import NodeSpec, local_ros_env, start_nodes, stop_nodes
 from vla_trainer.deploy import ros_graph
 
 ROOT = Path(__file__).resolve().parents[2]
-CHECKPOINT = ROOT / "warm_start" / "tiny-openvla-oft-put-on-plate"
 LAUNCH_FILE = ROOT / "launch" / "franka_eval.launch.py"
 DOMAIN_ID = 150 + os.getpid() % 80  # a DDS domain of this test process (parallel runs differ)
 TWIN_REST_TCP_M = (0.615, 0.0, 0.170)  # franky-sim's FR3 TCP at the twin's rest joints
@@ -153,7 +153,7 @@ def test_the_graph_copies_of_twin_constants_match_the_twin():
 
 
 def test_franka_eval_graph_wires_camera_policy_and_bridge():
-    specs = ros_graph.franka_eval_graph(checkpoint=str(CHECKPOINT), robot_ip="172.16.0.2",
+    specs = ros_graph.franka_eval_graph(checkpoint=str(SHIPPED_WARM_START), robot_ip="172.16.0.2",
                                         instruction="put carrot on plate", camera_serial="123622270136",
                                         camera_crop=(190, 80, 460, 350), dry_run=True)
     by_name = {s.name: s for s in specs}
@@ -163,7 +163,7 @@ def test_franka_eval_graph_wires_camera_policy_and_bridge():
     assert by_name["policy"].module == "vla_trainer.deploy.ros_policy_node"
     assert by_name["policy"].remappings == (("image", "camera/color/image_raw"),)
     assert by_name["policy"].parameters["camera_crop"] == [190, 80, 460, 350]
-    assert by_name["policy"].parameters["checkpoint"] == str(CHECKPOINT)
+    assert by_name["policy"].parameters["checkpoint"] == str(SHIPPED_WARM_START)
     bridge = by_name["franka_bridge"].parameters
     assert bridge["dry_run"] is True and bridge["robot_ip"] == "172.16.0.2" and bridge["ignore_realtime"] is False
     assert bridge["home_joint_positions_rad"] == list(ros_graph.TWIN_REST_JOINT_POSITIONS_RAD)
@@ -272,7 +272,7 @@ def test_launch_file_builds_one_node_per_spec_entry(monkeypatch, tmp_path):
     (opaque,) = [e for e in description.entities if type(e).__name__ == "OpaqueFunction"]
 
     values = {name: kwargs.get("default_value", "") for name, kwargs in declared.items()}
-    values.update(checkpoint=str(CHECKPOINT), robot_ip="172.16.0.2", camera_serial="123622270136",
+    values.update(checkpoint=str(SHIPPED_WARM_START), robot_ip="172.16.0.2", camera_serial="123622270136",
                   instruction="put carrot on plate", camera_crop="190,80,460,350", dry_run="true",
                   python="/opt/venv/bin/python")
     nodes = opaque.function(types.SimpleNamespace(launch_configurations=values))
@@ -416,7 +416,7 @@ def graph(ros_env, recording, franky_sim, tmp_path_factory):
                       f"workspace_max_m: [{x + 0.06}, {y + 0.06}, {z + 0.06}]\n"
                       "max_relative_dynamics_factor: 0.5\nwatchdog_timeout_s: 5.0\n")
     specs = {s.name: s for s in ros_graph.franka_eval_graph(
-        checkpoint=str(CHECKPOINT), robot_ip=franky_sim, instruction="put carrot on plate",
+        checkpoint=str(SHIPPED_WARM_START), robot_ip=franky_sim, instruction="put carrot on plate",
         playback_file=str(recording[0]), safety_limits_file=str(limits), ignore_realtime=True,
         relative_dynamics_factor=0.5, home_on_start=True)}
     logs = folder / "logs"

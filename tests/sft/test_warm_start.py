@@ -10,15 +10,14 @@ from pathlib import Path
 import pytest
 import torch
 from tiny_vla import tiny  # noqa: F401  (sets HF_HUB_OFFLINE and one torch thread)
+from shipped_paths import SHIPPED_WARM_START
 
 from vla_trainer.config import load_config
 from vla_trainer.models import load_pretrained
 
-SHIPPED = Path(__file__).resolve().parents[2] / "warm_start" / "tiny-openvla-oft-put-on-plate"
-
 
 def test_loads_as_the_float32_tiny_oft_preset_with_learned_slots():
-    model, tokenizer = load_pretrained(SHIPPED)
+    model, tokenizer = load_pretrained(SHIPPED_WARM_START)
     assert type(model).__name__ == "OpenVLAOFTForActionPrediction" and tokenizer is not None
     assert {p.dtype for p in model.parameters()} == {torch.float32}
     cfg = model.config
@@ -31,7 +30,7 @@ def test_loads_as_the_float32_tiny_oft_preset_with_learned_slots():
 
 
 def test_made_by_matches_the_recipe_it_warm_starts():
-    made_by = json.loads((SHIPPED / "made_by.json").read_text())
+    made_by = json.loads((SHIPPED_WARM_START / "made_by.json").read_text())
     recipe = load_config("cpu_ppo_tiny_put_on_plate")
     assert made_by["script"] == "scripts/make_warm_start.sh"
     assert made_by["demos"]["env_id"] == recipe.env.train.task
@@ -44,7 +43,7 @@ def test_made_by_matches_the_recipe_it_warm_starts():
 
 
 def test_its_vision_pretraining_located_the_object_and_plate_on_held_out_episodes():
-    vision = json.loads((SHIPPED / "made_by.json").read_text())["vision_pretraining"]
+    vision = json.loads((SHIPPED_WARM_START / "made_by.json").read_text())["vision_pretraining"]
     assert vision["num_val_frames"] > 0 and "object.x" in vision["targets"]
     after, of_mean = vision["val_after"], vision["val_of_mean"]
     for body in ("tcp", "object", "plate"):
@@ -60,7 +59,7 @@ def test_vla_eval_runs_the_shipped_warm_start(tmp_path, monkeypatch, capsys):
 
     monkeypatch.setenv("VLA_ENVS_ASSET_DIR", str(tmp_path / "assets"))
     recipe = load_config("cpu_grpo_tiny_put_on_plate_easy").env.eval
-    assert vla_eval(["--checkpoint", str(SHIPPED), "--num-envs", "1", "--num-episodes", "1",
+    assert vla_eval(["--checkpoint", str(SHIPPED_WARM_START), "--num-envs", "1", "--num-episodes", "1",
                      "--vectorization", "serial", "--env-from", "cpu_grpo_tiny_put_on_plate_easy",
                      "--env-kwargs", '{"time_limit": 8}', "--out", str(tmp_path / "eval")]) == 0
     report = json.loads((tmp_path / "eval" / "eval.json").read_text())
@@ -68,7 +67,7 @@ def test_vla_eval_runs_the_shipped_warm_start(tmp_path, monkeypatch, capsys):
     row = report["rows"][0]
     assert row["env_id"] == recipe.task == "PutOnPlateInScene25EasyHeldOut-v3"
     assert row["num_episodes"] == 1 and row["length"] == 8 and row["asset_pack"] == "procedural"
-    assert vla_eval(["--checkpoint", str(SHIPPED), "--env-from", "cpu_grpo_tiny_put_on_plate_eazy"]) == 2
+    assert vla_eval(["--checkpoint", str(SHIPPED_WARM_START), "--env-from", "cpu_grpo_tiny_put_on_plate_eazy"]) == 2
     assert "--env-from cpu_grpo_tiny_put_on_plate_eazy" in capsys.readouterr().err
 
 
@@ -82,7 +81,7 @@ def test_vla_eval_from_an_expert_phase_is_labelled_and_starts_there(tmp_path, mo
 
     monkeypatch.setenv("VLA_ENVS_ASSET_DIR", str(tmp_path / "assets"))
     kwargs = {**load_config("cpu_ppo_tiny_put_on_plate").env.eval.env_kwargs, "time_limit": 3}
-    common = ["--checkpoint", str(SHIPPED), "--num-envs", "2", "--num-episodes", "2", "--seed", "7",
+    common = ["--checkpoint", str(SHIPPED_WARM_START), "--num-envs", "2", "--num-episodes", "2", "--seed", "7",
               "--vectorization", "serial", "--env-kwargs", json.dumps(dict(kwargs))]
     rows = {}
     for name, extra in (("plain", []), ("lower", ["--expert-start-phase", "lower"])):
@@ -105,7 +104,7 @@ def test_its_model_code_is_the_package_code():
     # loads the folder without this package; a change to vla_trainer/models/ must be published again
     # (scripts/make_warm_start.sh, or vla-train publish-warm-start), or the copy runs stale code.
     models = Path(__file__).resolve().parents[2] / "vla_trainer" / "models"
-    copies = sorted(SHIPPED.glob("*.py"))
+    copies = sorted(SHIPPED_WARM_START.glob("*.py"))
     assert {p.name for p in copies} >= {"config.py", "openvla.py", "oft.py"}
     stale = [p.name for p in copies if p.read_bytes() != (models / p.name).read_bytes()]
     assert not stale, f"warm start model code differs from vla_trainer/models/: {stale}"
