@@ -8,6 +8,7 @@ timeout, so a driver that hangs or crashes cannot take the report with it.
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -126,7 +127,9 @@ def check_robot() -> list[Check]:
         ok, out = _probe(f"import {module}; print(getattr({module}, '__version__', 'importable'))", timeout_s=30)
         checks.append(Check(what, "ok" if ok else "missing", out, "" if ok else f"reinstall: pip install 'vla-rl[{extra}]'"))
     if _installed("franky"):
-        sim = Path(__file__).resolve().parents[1] / ".venv-franky-sim" / "bin" / "franky-sim"
+        # where scripts/setup.sh puts it (the tests read the same variable)
+        venv = os.environ.get("VLA_FRANKY_SIM_VENV") or Path(__file__).resolve().parents[1] / ".venv-franky-sim"
+        sim = Path(venv) / "bin" / "franky-sim"
         checks.append(Check("franky-sim (simulated arm for tests)", "ok" if sim.exists() else "absent", str(sim),
                             "" if sim.exists() else "bash scripts/setup.sh maniskill,libero,dev,robot"))
     return checks

@@ -34,3 +34,18 @@ def test_a_broken_vulkan_setup_is_missing_with_its_fix(capsys, monkeypatch):
     captured = capsys.readouterr()
     assert _rows(captured.out)["Vulkan (SAPIEN, ManiSkill)"] == "missing"
     assert "mesa-vulkan-drivers" in captured.out and "missing: Vulkan" in captured.err
+
+
+def test_franky_sim_is_looked_for_where_the_setup_put_it(monkeypatch, tmp_path):
+    pytest.importorskip("franky")
+    from vla_envs.doctor import check_robot
+
+    def franky_sim_row():
+        (row,) = [c for c in check_robot() if c.name.startswith("franky-sim")]
+        return row
+
+    monkeypatch.setenv("VLA_FRANKY_SIM_VENV", str(tmp_path))
+    assert franky_sim_row().status == "absent" and franky_sim_row().detail == str(tmp_path / "bin" / "franky-sim")
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "franky-sim").touch()
+    assert franky_sim_row().status == "ok"
