@@ -307,6 +307,30 @@ def test_cli_two_steps(tmp_path, capsys):
     assert model.config.chunk_size == 8 and tok is not None
 
 
+def test_cli_out_never_replaces_what_it_did_not_write(tmp_path, capsys):
+    demos = write_demos(tmp_path / "cli_demos", episodes=1, steps=4)
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "notes.txt").write_text("important")
+    a_file = tmp_path / "a_file"
+    a_file.write_text("important")
+    demo_files = sorted(p.name for p in demos.iterdir())
+    args = ["sft", "--demos", str(demos), "--preset", PRESET, "--steps", "1", "--batch-size", "4"]
+    for out, says in ((notes, "holds notes.txt"), (demos, "holds episode_"), (a_file, "is a file")):
+        assert cli_main([*args, "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: --out {out}") and says in err, err
+    assert (notes / "notes.txt").read_text() == "important" and a_file.read_text() == "important"
+    assert sorted(p.name for p in demos.iterdir()) == demo_files
+    with pytest.raises(FileExistsError, match="holds notes.txt"):  # the library refuses before training too
+        train_sft(fresh_policy(), demos, SFTConfig(steps=1, batch_size=4, lr=1e-3), out_dir=notes, progress=False)
+
+    out = tmp_path / "model"
+    for seed in ("0", "1"):  # the same command again replaces its own model folder
+        assert cli_main([*args, "--out", str(out), "--seed", seed]) == 0
+        assert json.loads((out / "sft_metrics.json").read_text())["settings"]["seed"] == int(seed)
+
+
 def test_cli_slot_embeddings(tmp_path, capsys):
     demos = write_demos(tmp_path / "cli_demos", episodes=1, steps=4)
     out = tmp_path / "learned"

@@ -130,6 +130,9 @@ def test_cli_pretrain_then_sft_init_from(tmp_path, capsys):
     assert cli_main(["sft", "--demos", str(demos), "--init-from", str(tmp_path / "vision"), "--steps", "1",
                      "--batch-size", "2", "--out", str(tmp_path / "sft")]) == 0
     assert (tmp_path / "sft" / "config.json").is_file()
+    demo_files = sorted(p.name for p in demos.iterdir())
+    assert cli_main(["pretrain-vision", "--demos", str(demos), "--steps", "2", "--out", str(demos)]) == 2
+    assert "holds episode_" in capsys.readouterr().err and sorted(p.name for p in demos.iterdir()) == demo_files
 
 
 def test_sft_with_a_scene_loss_discards_its_head_and_refuses_demos_without_poses(tmp_path):

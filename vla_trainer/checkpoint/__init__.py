@@ -7,7 +7,14 @@ checkpoints, the resume fingerprint, RNG state).
 
 from .atomic import remove_leftovers, write_atomic_dir, write_text_atomic
 from .layout import KEEP_CHECKPOINTS, checkpoint_name, latest_checkpoint
-from .model_io import TRAINING_RECORDS, load_model, publish_half_precision, resolve_model_dir, save_model
+from .model_io import (
+    TRAINING_RECORDS,
+    check_model_out_dir,
+    load_model,
+    publish_half_precision,
+    resolve_model_dir,
+    save_model,
+)
 from .train_state import (
     RESUMABLE_CHANGES,
     CheckpointWriteError,

@@ -31,6 +31,7 @@ def publish_half_precision(src: str | Path, dst: str | Path, made_by: dict) -> P
     src = Path(src)
     if not (src / "config.json").is_file() or not (src / "model.safetensors").is_file():
         raise FileNotFoundError(f"{src} is not a model checkpoint folder (config.json + model.safetensors)")
+    check_model_out_dir(dst)
 
     def fill(tmp: Path) -> None:
         for f in src.iterdir():
@@ -58,6 +59,33 @@ def save_model(policy, directory: Path) -> None:
     policy.tokenizer.save_pretrained(directory)
 
 
+def is_model_dir(path: str | Path) -> bool:
+    path = Path(path)
+    return (path / "config.json").is_file() or (path / "adapter_config.json").is_file()
+
+
+def check_model_out_dir(out_dir: str | Path) -> Path:
+    """``out_dir`` if a model folder written there loses nothing: it does not exist yet, is an empty
+    folder, or is a model folder (replaced whole, as running the same command again expects).
+    Call it before the work whose result goes there, not only when saving.
+
+    Raises:
+        FileExistsError: ``out_dir`` is a file, or a folder holding something else (demos, a run,
+            notes), which writing the model there would delete.
+    """
+    out_dir = Path(out_dir)
+    if not out_dir.exists() or is_model_dir(out_dir):
+        return out_dir
+    if not out_dir.is_dir():
+        raise FileExistsError(f"{out_dir} is a file; a model is written as a folder: give a new folder")
+    held = sorted(p.name for p in out_dir.iterdir())
+    if held:
+        shown = ", ".join(held[:3]) + (f" and {len(held) - 3} more" if len(held) > 3 else "")
+        raise FileExistsError(f"{out_dir} is not a model folder and holds {shown}; writing the model there would "
+                              "replace them: give a new folder (or an earlier model folder to replace)")
+    return out_dir
+
+
 def resolve_model_dir(path: str | Path) -> Path:
     """The model folder that ``path`` names: a model folder itself (``vla-train sft --out``, a
     shipped warm start, the adapters of a LoRA run's checkpoint), a training checkpoint (its
@@ -69,7 +97,7 @@ def resolve_model_dir(path: str | Path) -> Path:
     path = Path(path)
     latest = latest_checkpoint(path)
     for candidate in (path, path / "model", *([latest / "model"] if latest is not None else [])):
-        if (candidate / "config.json").is_file() or (candidate / "adapter_config.json").is_file():
+        if is_model_dir(candidate):
             return candidate
     raise FileNotFoundError(f"{path}: not a checkpoint folder: neither a model folder (config.json), a training "
                             "checkpoint (model/) nor a run folder (checkpoints/latest)")

@@ -35,8 +35,14 @@ def training_policy(args: argparse.Namespace):
 
 def run_stage(args: argparse.Namespace, train) -> int:
     """Builds the policy, runs ``train(policy)`` and prints its metrics; exit 2 with a message on bad input."""
+    from vla_trainer.checkpoint import check_model_out_dir
     from vla_trainer.models import VLAModelError
 
+    try:
+        check_model_out_dir(args.out)
+    except FileExistsError as e:
+        print(f"error: --out {e}", file=sys.stderr)
+        return 2
     policy = training_policy(args)
     if isinstance(policy, str):
         print(f"error: {policy}", file=sys.stderr)
@@ -327,7 +333,9 @@ def build_parser() -> argparse.ArgumentParser:
         a.add_argument("--batch-size", type=positive_int, default=batch,
                        help="samples per step (default: %(default)s)")
         a.add_argument("--lr", type=positive_float, default=lr, help="AdamW learning rate (default: %(default)s)")
-        a.add_argument("--out", type=Path, required=True, help="checkpoint folder to write")
+        a.add_argument("--out", type=Path, required=True,
+                       help="model folder to write: new, empty, or an earlier model folder (replaced); "
+                            "anything else is refused")
         a.add_argument("--seed", type=int, default=0, help="model init and minibatch seed (default: %(default)s)")
         a.add_argument("--slot-embeddings", choices=("zeros", "learned"), default=None,
                        help="OFT presets: inputs of the action slots (default: the preset's, zeros as the "

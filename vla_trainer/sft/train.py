@@ -22,7 +22,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from vla_trainer.checkpoint import save_model, write_atomic_dir
+from vla_trainer.checkpoint import check_model_out_dir, save_model, write_atomic_dir
 from vla_trainer.config.sft import SFTConfig
 from vla_trainer.data import TARGETS_PER_BODY, DemoFolders, SFTSamples, build_samples, epoch_pool, load_episodes, resize_images
 from vla_trainer.metrics_log import sft_curve
@@ -122,7 +122,7 @@ def save_checkpoint(policy: VLAPolicy, out_dir: str | Path, metrics: dict | None
                     metrics_file: str = "sft_metrics.json") -> Path:
     """Saves the model (LoRA adapters if it is a peft model), tokenizer and ``metrics``
     (``metrics_file``, and ``sft_curve.png`` when they hold a curve) to ``out_dir``,
-    atomically (``write_atomic_dir``)."""
+    atomically (``write_atomic_dir``). ``out_dir`` must pass ``check_model_out_dir``."""
 
     def fill(tmp: Path) -> None:
         save_model(policy, tmp)
@@ -131,7 +131,7 @@ def save_checkpoint(policy: VLAPolicy, out_dir: str | Path, metrics: dict | None
             if metrics.get("curve"):
                 sft_curve(metrics["curve"], tmp / "sft_curve.png")
 
-    return write_atomic_dir(out_dir, fill)
+    return write_atomic_dir(check_model_out_dir(out_dir), fill)
 
 
 def train_sft(
@@ -175,6 +175,8 @@ def train_sft(
     release (``release_chunks``): the lowering over the plate and the opening, the last phase of
     a demo and the one RL from a warm start reaches least often.
     """
+    if out_dir is not None:
+        check_model_out_dir(out_dir)  # before the training whose result would be lost
     torch.manual_seed(cfg.seed)
     rng = np.random.default_rng(cfg.seed)
 

@@ -24,6 +24,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
+from vla_trainer.checkpoint import check_model_out_dir
 from vla_trainer.data import TARGETS_PER_BODY, DemoFolders, load_episodes, resize_images, scene_targets
 from vla_trainer.models import VLAPolicy
 from vla_trainer.models.vision import images_to_pixel_values
@@ -88,6 +89,8 @@ def pretrain_vision(
     if steps < 1 or batch_size < 1 or lr <= 0 or not 0 < val_fraction < 1:
         raise ValueError(f"steps, batch_size, lr must be positive and 0 < val_fraction < 1; got "
                          f"{steps}, {batch_size}, {lr}, {val_fraction}")
+    if out_dir is not None:
+        check_model_out_dir(out_dir)  # before the training whose result would be lost
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     core, config = policy.core, policy.config
