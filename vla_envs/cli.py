@@ -162,6 +162,9 @@ def cmd_rollout(args: argparse.Namespace) -> int:
 
 
 def cmd_collect_demos(args: argparse.Namespace) -> int:
+    from vla_envs.demos import check_new_demo_folder
+
+    check_new_demo_folder(args.out)  # before the envs start
     args.video = None
     summary = run_episodes(args, recorder_folder=args.out)
     print(json.dumps(summary, indent=2))
@@ -289,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         return args.func(args)
-    except (VlaEnvError, ValueError, json.JSONDecodeError) as e:
+    except (VlaEnvError, ValueError, json.JSONDecodeError, FileExistsError) as e:
         print(f"vla-envs: error: {e}", file=sys.stderr)
         return 2
 

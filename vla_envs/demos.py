@@ -38,13 +38,30 @@ def scene_poses(states: list[dict[str, np.ndarray]]) -> np.ndarray:
     return np.stack([np.concatenate([s[k].reshape(-1) for k in SCENE_BODIES]) for s in states])
 
 
+def check_new_demo_folder(folder: str | Path) -> Path:
+    """``folder`` if new demos can be written there without touching earlier ones.
+
+    Raises:
+        FileExistsError: ``folder`` is a file, or already holds demos (its episodes would be
+            overwritten and its index replaced).
+    """
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise FileExistsError(f"demo folder {folder} is a file; give a new folder")
+    if (folder / "index.json").exists() or next(folder.glob("episode_*.npz"), None) is not None:
+        raise FileExistsError(f"demo folder {folder} already holds demos; give a new folder (several demo folders "
+                              "can be trained on together: vla-train sft --demos A B)")
+    return folder
+
+
 class EpisodeRecorder:
-    """Accumulates per-env transitions and writes finished episodes to ``folder``."""
+    """Accumulates per-env transitions and writes finished episodes to ``folder``, which must not
+    hold demos yet (``check_new_demo_folder``)."""
 
     def __init__(self, folder: str | Path, num_envs: int, env_id: str, asset_pack: str | None,
                  only_success: bool = True, action_noise: float = 0.0,
                  scene_bodies: tuple[str, ...] = (), expert_kwargs: dict | None = None):
-        self.folder = Path(folder)
+        self.folder = check_new_demo_folder(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
         self.only_success = only_success
         self.index: dict[str, Any] = {"format": FORMAT, "env_id": env_id, "asset_pack": asset_pack,

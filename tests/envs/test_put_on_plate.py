@@ -15,12 +15,13 @@ import torch
 from expert_policy import ExpertAsPolicy
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from synthetic_demos import write_demos
 
+from vla_envs.camera_file import DEFAULT_CAMERA_FILE, load_camera_file
 from vla_envs.core.backend import env_rows
 from vla_envs.errors import AssetsMissingError
 from vla_envs.tasks.put_on_plate import episodes, rewards
 from vla_envs.tasks.put_on_plate.assets import load_pack, resolve_pack
-from vla_envs.camera_file import DEFAULT_CAMERA_FILE, load_camera_file
 
 
 @pytest.fixture(scope="session")
@@ -739,6 +740,10 @@ def test_collect_demos_writes_the_documented_format(asset_root, tmp_path, monkey
     assert index["scene_bodies"] == ["tcp", "object", "plate"] and ep["scene"].shape == (12, 21)
     object_xy = ep["scene"][0, 7:9]
     assert np.all(np.abs(object_xy - episodes.GRID_CENTER_XY) <= episodes.GRID_HALF_EDGE_M + 0.01)
+    # the same command again must not overwrite these demos
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert main(["collect-demos", "PutOnPlateInScene25Main-v3", "--episodes", "1", "--out", str(out)]) == 2
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
 
 
 @pytest.mark.parametrize("args,named", [
@@ -752,6 +757,17 @@ def test_collect_demos_rejects_bad_expert_options(args, named, tmp_path, capsys)
     assert main(["collect-demos", "PutOnPlateInScene25Main-v3", "--out", str(tmp_path / "d"), *args]) == 2
     assert named in capsys.readouterr().err
     assert not (tmp_path / "d").exists()
+
+
+def test_collect_demos_refuses_a_folder_with_demos_or_a_file_before_starting_envs(tmp_path, capsys):
+    from vla_envs.cli import main
+
+    write_demos(tmp_path / "old")
+    (tmp_path / "a_file").write_text("x")
+    for out, says in (("old", "already holds demos"), ("a_file", "is a file")):
+        assert main(["collect-demos", "PutOnPlateInScene25Main-v3", "--out", str(tmp_path / out)]) == 2
+        assert says in capsys.readouterr().err
+    assert (tmp_path / "a_file").read_text() == "x"
 
 
 @pytest.mark.slow

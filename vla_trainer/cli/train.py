@@ -173,6 +173,8 @@ def cmd_collect_corrections(args: argparse.Namespace) -> int:
     import os
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from vla_envs.demos import check_new_demo_folder
+    from vla_envs.errors import VlaEnvError
     from vla_trainer.models import VLAModelError, VLAPolicy
     from vla_trainer.sft.corrections import collect_corrections
     from vla_trainer.sft.start import load_init_checkpoint
@@ -186,8 +188,10 @@ def cmd_collect_corrections(args: argparse.Namespace) -> int:
               f"{args.handover_after_grasp!r} (comma-separated env steps, e.g. 8,16) or "
               f"--env-kwargs (JSON object): {e}", file=sys.stderr)
         return 2
-    if (args.out / "index.json").exists():
-        print(f"error: --out {args.out} already holds demos; give a new folder", file=sys.stderr)
+    try:
+        check_new_demo_folder(args.out)
+    except FileExistsError as e:
+        print(f"error: --out: {e}", file=sys.stderr)
         return 2
     try:
         model, tokenizer = load_init_checkpoint(args.checkpoint, flag="--checkpoint")
@@ -195,7 +199,7 @@ def cmd_collect_corrections(args: argparse.Namespace) -> int:
                                       handover_steps=handover, grasp_delays=grasp_delays,
                                       only_held=args.only_held, num_envs=args.num_envs, env_kwargs=env_kwargs,
                                       temperature=args.temperature, seed=args.seed, only_success=args.only_success)
-    except (FileNotFoundError, ValueError, KeyError, VLAModelError) as e:
+    except (FileNotFoundError, ValueError, KeyError, VLAModelError, VlaEnvError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(json.dumps(summary, indent=1))
