@@ -16,9 +16,10 @@ from pathlib import Path
 
 import numpy as np
 
-from vla_envs.arguments import json_object, positive_int
+from vla_envs.arguments import int_at_least, json_object, positive_int
 from vla_envs.core.backend import env_rows
 from vla_envs.errors import VlaEnvError
+from vla_envs.wrappers.video import video_file
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -243,13 +244,13 @@ def build_parser() -> argparse.ArgumentParser:
         q.add_argument("env_id")
         q.add_argument("--num-envs", type=positive_int, default=2)
         q.add_argument("--steps", type=positive_int, default=80, help="env steps per env (upper bound)")
-        q.add_argument("--episodes", type=int, default=0, help="stop after this many finished episodes (0: no limit)")
+        q.add_argument("--episodes", type=int_at_least(0), default=0, help="stop after this many finished episodes (0: no limit)")
         q.add_argument("--chunk", type=positive_int, default=4, help="actions per chunk_step (the expert re-plans every step)")
         q.add_argument("--image-size", type=positive_int, default=128)
         q.add_argument("--seed", type=int, default=0)
         q.add_argument("--env-kwargs", type=json_object, default="{}", help='JSON of extra gym.make arguments, e.g. \'{"low_poly": true}\'')
     r.add_argument("--policy", choices=("random", "zero", "expert"), default="random")
-    r.add_argument("--video", type=Path, default=None, help="MP4 path (a .json summary is written beside it)")
+    r.add_argument("--video", type=video_file, default=None, help="MP4 path (a .json summary is written beside it)")
     r.add_argument("--fps", type=positive_int, default=10)
     r.set_defaults(func=cmd_rollout)
     c.add_argument("--out", type=Path, required=True, help="demo folder")

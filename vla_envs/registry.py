@@ -15,6 +15,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import importlib.util
+import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -63,6 +64,40 @@ class TaskSpec:
                     raise ValueError(f"{where}{name} {why}: for training only, never for evaluation")
         if self.options is not None:
             self.options.split(kwargs, where=where)
+        else:
+            self._check_factory_kwargs(kwargs, where)
+
+    def _check_factory_kwargs(self, kwargs: dict[str, Any], where: str) -> None:
+        """For a task without typed options: ``kwargs`` against its factory's signature, whose
+        ``**kwargs`` (if any) are the contract's (``ChunkVectorEnv``'s), as a ``ValueError`` naming
+        the first unknown one instead of a ``TypeError`` from deep inside ``gym.make``."""
+        from vla_envs.core.options import contract_options
+
+        params = inspect.signature(self._factory()).parameters
+        mine = [n for n, p in params.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+                and n != "num_envs"]
+        others = tuple(n for n in contract_options() if n not in mine
+                       ) if any(p.kind is p.VAR_KEYWORD for p in params.values()) else ()
+        unknown = [k for k in kwargs if k not in mine and k not in others]
+        if unknown:
+            close = difflib.get_close_matches(unknown[0], (*mine, *others), n=3, cutoff=0.6)
+            hint = f" (did you mean {', '.join(close)}?)" if close else ""
+            raise ValueError(f"{where}unknown option {unknown[0]!r}{hint}; the task's options: {', '.join(mine)}"
+                             + (f"; the vector env's: {', '.join(others)}" if others else ""))
+
+    def check_required(self, kwargs: dict[str, Any], where: str = "") -> None:
+        """Raises ``ValueError`` naming the first argument the factory needs that neither the spec
+        nor ``kwargs`` (all of ``gym.make``'s keywords) gives."""
+        params = inspect.signature(self._factory()).parameters
+        given = {**self.kwargs, **kwargs, "num_envs": None}
+        missing = [n for n, p in params.items() if p.default is p.empty
+                   and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and n not in given]
+        if missing:
+            raise ValueError(f"{where}the option {missing[0]!r} is required: gym.make({self.id!r}, {missing[0]}=...)")
+
+    def _factory(self) -> Callable[..., Any]:
+        module, _, name = self.factory.partition(":")
+        return getattr(importlib.import_module(module), name)
 
     def backend_installed(self) -> bool:
         return all(importlib.util.find_spec(m) is not None for m in self.requires)
@@ -75,9 +110,7 @@ class TaskSpec:
         return "present" if check is None else str(check(self))
 
     def make(self, num_envs: int = 1, **kwargs: Any):
-        module, _, name = self.factory.partition(":")
-        factory: Callable[..., Any] = getattr(importlib.import_module(module), name)
-        return factory(num_envs=num_envs, **{**self.kwargs, **kwargs})
+        return self._factory()(num_envs=num_envs, **{**self.kwargs, **kwargs})
 
 
 _MANISKILL = "vla_envs.backends.maniskill.make:make_maniskill_vector_env"
@@ -147,8 +180,8 @@ def get_task(env_id: str) -> TaskSpec:
 def _entry_point(env_id: str) -> Callable[..., Any]:
     def make(num_envs: int = 1, evaluation: bool = False, **kwargs: Any):
         spec = get_task(env_id)
-        if evaluation:
-            spec.check_kwargs(kwargs, evaluation=True, where=f"{env_id}: ")
+        if evaluation or spec.options is None:  # typed options are checked by the factory itself
+            spec.check_kwargs(kwargs, evaluation=evaluation, where=f"{env_id}: ")
         if not spec.backend_installed():
             from vla_envs.errors import BackendNotInstalledError
 
@@ -157,6 +190,7 @@ def _entry_point(env_id: str) -> Callable[..., Any]:
                 f"install it with: bash scripts/setup.sh {spec.extra}   "
                 f"(or: pip install 'vla-rl[{spec.extra}]')"
             )
+        spec.check_required(kwargs, where=f"{env_id}: ")
         return spec.make(num_envs=num_envs, **kwargs)
 
     make.__name__ = f"make_{env_id.replace('/', '_').replace('-', '_')}"

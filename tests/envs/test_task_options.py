@@ -33,12 +33,20 @@ def test_every_option_is_documented_where_it_is_declared(cls):
     ("PutOnPlateInScene25Main-v3", "camera_corp", "camera_crop"),
     ("PutOnPlateInScene25EasyHeldOut-v3", "time_limt", "time_limit"),
     ("libero_goal", "settle_step", "settle_steps"),
+    ("vla/PickCube-v1", "image_sise", "image_size"),  # no typed options: checked against its factory
+    ("vla/PushCube-v1", "auto_rest", "auto_reset"),
+    ("franka/PutOnPlate-v0", "robot_ipp", "robot_ip"),
 ])
 def test_a_misspelt_option_is_refused_with_the_name_meant_before_anything_starts(env_id, typo, meant):
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     with pytest.raises(ValueError, match=rf"{env_id}: unknown option '{typo}' \(did you mean {meant}[,?]"):
         gym.make(env_id, num_envs=2, **{typo: 1})
     assert {p.pid for p in psutil.Process().children(recursive=True)} <= before  # no worker was started
+
+
+def test_a_missing_required_option_is_named_before_anything_starts():
+    with pytest.raises(ValueError, match=r"franka/PutOnPlate-v0: the option 'instruction' is required"):
+        gym.make("franka/PutOnPlate-v0", num_envs=1, robot_ip="172.16.0.2")
 
 
 @pytest.mark.parametrize("kwargs, message", [

@@ -43,6 +43,24 @@ def test_record_video_writes_every_sub_step(tmp_path):
     assert h % 16 == 0 and w % 16 == 0
 
 
+@pytest.mark.parametrize("name, says", [("a.txt", "must end in .mp4"), ("folder.mp4", "is a folder")])
+def test_a_video_path_that_cannot_be_written_is_refused_before_the_rollout(tmp_path, capsys, name, says):
+    from vla_trainer.cli.eval import main as eval_main
+
+    (tmp_path / "folder.mp4").mkdir()
+    video = str(tmp_path / name)
+    with pytest.raises(SystemExit) as e:
+        main(["rollout", "vla/PickCube-v1", "--video", video])
+    assert e.value.code == 2 and says in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        eval_main(["--checkpoint", str(tmp_path), "--video", video])
+    assert e.value.code == 2 and says in capsys.readouterr().err
+    env = ChunkVectorEnv(SerialBackend([functools.partial(ToyEnv, 4)]))
+    with pytest.raises(ValueError, match=says):
+        RecordVideo(env, video)
+    env.close()
+
+
 def test_unknown_id_lists_close_matches():
     with pytest.raises(VlaEnvError, match="did you mean: vla/PickCube-v1"):
         get_task("vla/PickCub-v1")

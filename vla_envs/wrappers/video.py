@@ -50,12 +50,36 @@ def _round16(x: int) -> int:
     return (x + 15) // 16 * 16
 
 
+def check_video_path(path: str | Path) -> Path:
+    """``path`` as a Path if a video can be written there.
+
+    Raises:
+        ValueError: it does not end in ``.mp4`` or is an existing folder.
+    """
+    path = Path(path)
+    if path.suffix.lower() != ".mp4":
+        raise ValueError(f"video {str(path)!r}: the name must end in .mp4 (the video is H.264 in MP4)")
+    if path.is_dir():
+        raise ValueError(f"video {str(path)!r} is a folder; give a file name ending in .mp4")
+    return path
+
+
+def video_file(text: str) -> Path:
+    """An argparse type for ``--video``: checked before the rollout whose frames it records."""
+    import argparse
+
+    try:
+        return check_video_path(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 class RecordVideo(VectorWrapper):
     """Record every sub-step of a ``ChunkVectorEnv`` to ``path`` (MP4, H.264).
 
     Args:
         env: the vector env.
-        path: output file; parent folders are created.
+        path: output file ending in ``.mp4``; parent folders are created.
         fps: frames per second of the video.
         max_frames: stop recording after this many frames (the file stays valid).
 
@@ -67,7 +91,7 @@ class RecordVideo(VectorWrapper):
         base = env.unwrapped
         if not isinstance(base, ChunkVectorEnv):
             raise TypeError(f"RecordVideo needs a ChunkVectorEnv, got {type(base).__name__}")
-        self.path = Path(path)
+        self.path = check_video_path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.fps, self.max_frames = fps, max_frames
         self.frames_written = 0

@@ -27,6 +27,7 @@ import sys
 from pathlib import Path
 
 from vla_envs.arguments import json_object, positive_float, positive_int
+from vla_envs.wrappers.video import video_file
 from vla_trainer.checkpoint import load_model  # imports torch only when called: keeps --help fast
 
 
@@ -85,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
                         "env.eval task and env_kwargs, which --task and --env-kwargs then change")
     p.add_argument("--vectorization", default="pool", choices=("pool", "serial"))
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--video", type=Path, default=None, help="write a tiled video of the (first) task's episodes")
+    p.add_argument("--video", type=video_file, default=None, help="write a tiled video of the (first) task's episodes")
     p.add_argument("--out", type=Path, default=None, help="folder for eval.json and eval.md")
     p.add_argument("--baseline", type=Path, default=None, metavar="EVAL",
                    help="another policy's evaluation of the same task (its --out folder or eval.json): print "
