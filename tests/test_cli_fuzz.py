@@ -80,6 +80,12 @@ CASES = {
                                ["--checkpoint", SHIPPED, "--temperature", "{}", "--out", "{out}/e"], BAD_POSITIVE),
     "vla-eval --env-kwargs": ("vla_trainer.cli.eval",
                               ["--checkpoint", SHIPPED, "--env-kwargs", "{}", "--out", "{out}/e"], BAD_JSON_OBJECT),
+    "vla-eval --top-k": ("vla_trainer.cli.eval", ["--checkpoint", SHIPPED, "--top-k", "{}", "--out", "{out}/e"],
+                         st.integers(max_value=-1).map(str)),
+    "vla-envs rollout --episodes": ("vla_envs.cli", ["rollout", "vla/PickCube-v1", "--episodes", "{}"],
+                                    st.integers(max_value=-1).map(str)),
+    "vla-envs rollout --video": ("vla_envs.cli", ["rollout", "vla/PickCube-v1", "--video", "{}"],
+                                 TEXT.filter(lambda s: not s.lower().endswith(".mp4"))),
     "vla-calibrate board --squares-x": ("calibration.cli", ["board", "--out", "{out}/b", "--squares-x", "{}"],
                                         BAD_COUNT),
     "vla-calibrate board --square-length-mm": (

@@ -26,7 +26,7 @@ import os
 import sys
 from pathlib import Path
 
-from vla_envs.arguments import json_object, positive_float, positive_int
+from vla_envs.arguments import int_at_least, json_object, positive_float, positive_int
 from vla_envs.wrappers.video import video_file
 from vla_trainer.checkpoint import load_model  # imports torch only when called: keeps --help fast
 
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--num-episodes", type=positive_int, default=16, help="per task; a multiple of --num-envs")
     p.add_argument("--greedy", action="store_true", help="most likely action instead of sampling")
     p.add_argument("--temperature", type=positive_float, default=0.6, help="sampling temperature (default: %(default)s)")
-    p.add_argument("--top-k", type=int, default=0, help="top-k sampling (0: off)")
+    p.add_argument("--top-k", type=int_at_least(0), default=0, help="top-k sampling (0: off)")
     p.add_argument("--execute-steps", type=int, default=None, metavar="K",
                    help="execute the first K actions of each predicted chunk, then re-plan from a new "
                         "observation (default: the whole chunk, as the policy was trained)")
@@ -106,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.libero is not None or args.ood:
             p.error("--expert-start-phase is for one PutOnPlate task (--task), not --ood or --libero")
 
+    if args.out is not None and args.out.exists() and not args.out.is_dir():
+        p.error(f"--out {args.out} is a file; give a folder (eval.json and eval.md are written into it)")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
         resolve_env(args)
