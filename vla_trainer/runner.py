@@ -28,7 +28,7 @@ from tqdm import tqdm
 
 from vla_trainer.algorithms import explained_variance
 from vla_trainer.build import rollout_key
-from vla_trainer.checkpoint import read_train_state, resolve_resume, write_text_atomic
+from vla_trainer.checkpoint import latest_checkpoint, read_train_state, resolve_resume, write_text_atomic
 from vla_trainer.config import check_batch_sizes, to_dict, to_yaml
 from vla_trainer.config.schema import TrainConfig
 from vla_trainer.metrics_log import MetricLogger, read_metrics, success_curve
@@ -59,14 +59,21 @@ def train(cfg: TrainConfig, run_dir: str | Path | None = None) -> TrainResult:
     Raises:
         ConfigError: batch sizes that do not fit the model's chunk size, a placement that does
             not fit the devices.
-        ValueError: resuming from a checkpoint of another config.
+        ValueError: resuming from a checkpoint of another config; ``run_dir`` is a file, or holds an
+            earlier run's checkpoints and ``runner.resume_dir`` is not set.
         NonFiniteLossError: NaN/inf loss or gradient (the last good checkpoint stays as it was).
         WorkerError: a Ray worker died (its error is in the message).
     """
     from vla_trainer.runtime import make_runtime
 
     run_dir = Path(run_dir or Path(cfg.runner.logger.log_path) / cfg.runner.logger.experiment_name)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ValueError(f"the run folder {run_dir} is a file; give a folder (--run-dir)")
     resume_from = resolve_resume(cfg.runner.resume_dir, run_dir) if cfg.runner.resume_dir else None
+    if resume_from is None and (earlier := latest_checkpoint(run_dir)) is not None:
+        # a new run there would overwrite the earlier run's records and, step by step, its checkpoints
+        raise ValueError(f"{run_dir} holds an earlier run (its latest checkpoint: {earlier.name}); continue it with "
+                         "runner.resume_dir=auto, or give a new folder (--run-dir)")
     state: dict = {"iteration": 0, "env_steps": 0, "wall_time_s": 0.0}
     if resume_from is not None:
         state = read_train_state(resume_from, cfg)

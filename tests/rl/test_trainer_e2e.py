@@ -141,6 +141,9 @@ def test_resume_continues_exactly_and_refuses_another_config(tmp_path):
     assert ra["env_steps"] == rb["env_steps"] == 64
     assert ra["actor/policy_loss"] == pytest.approx(rb["actor/policy_loss"], abs=1e-4)
 
+    with pytest.raises(ValueError, match=r"holds an earlier run \(its latest checkpoint: iter_000002\); continue it"):
+        train(load_config("cpu_ppo_tiny_put_on_plate", base), run_dir=tmp_path / "a")  # a new run over it
+    assert all(torch.equal(a[k], v) for k, v in _weights(straight.run_dir, 2).items())
     with pytest.raises(ValueError, match=r"actor\.optim\.lr"):
         train(load_config("cpu_ppo_tiny_put_on_plate", [*base, "runner.max_epochs=3", "runner.resume_dir=auto",
                                                          "actor.optim.lr=0.5"]), run_dir=tmp_path / "b")
@@ -166,6 +169,14 @@ def test_cli_errors_name_the_key_and_print_config(capsys, tmp_path):
     bad = [*SMALL, "runner.max_epochs=1", "actor.global_batch_size=3", "actor.micro_batch_size=1"]
     assert vla_train(["--config", "cpu_ppo_tiny_put_on_plate", "--run-dir", str(tmp_path / "r"), *bad]) == 2
     assert "actor.global_batch_size" in capsys.readouterr().err
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    for args, says in ((["--run-dir", str(a_file)], f"the run folder {a_file} is a file"),
+                       ([f"actor.model.model_path={a_file}"], f"{a_file} is a file: a model is a folder"),
+                       (["env.train.task=PutOnPlateInScene25Main-v4"], "env.train.task: unknown env id")):
+        assert vla_train(["--config", "cpu_ppo_tiny_put_on_plate", "--run-dir", str(tmp_path / "r"), *args]) == 2
+        assert says in capsys.readouterr().err
+    assert a_file.read_text() == "x"
 
 
 def test_lora_trains_only_adapters_and_value_head_and_resumes(tmp_path, capsys):

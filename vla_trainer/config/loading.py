@@ -264,15 +264,18 @@ def validate(cfg: TrainConfig) -> None:
         _check(env.total_num_envs >= 1, f"env.{split}.total_num_envs", f"must be >= 1, got {env.total_num_envs}")
         _check(env.max_episode_steps is None or env.max_episode_steps >= 1, f"env.{split}.max_episode_steps",
                f"must be >= 1 or null, got {env.max_episode_steps}")
-    from vla_envs.registry import TASKS  # the task checks its options, and which only training may use
+    from vla_envs.errors import VlaEnvError
+    from vla_envs.registry import get_task  # the task checks its options, and which only training may use
 
     for split, env in (("train", train), ("eval", ev)):
-        if env.task in TASKS:
-            try:
-                TASKS[env.task].check_kwargs(dict(env.env_kwargs), evaluation=split == "eval",
-                                             where=f"env.{split}.env_kwargs.")
-            except ValueError as e:
-                raise ConfigError(str(e)) from None
+        try:
+            spec = get_task(env.task)
+        except VlaEnvError as e:
+            raise ConfigError(f"env.{split}.task: {e}") from None
+        try:
+            spec.check_kwargs(dict(env.env_kwargs), evaluation=split == "eval", where=f"env.{split}.env_kwargs.")
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
     _check(ev.num_episodes >= 1 and ev.num_episodes % ev.total_num_envs == 0, "env.eval.num_episodes",
            f"must be a positive multiple of env.eval.total_num_envs ({ev.total_num_envs}), got {ev.num_episodes}")
     _check(alg.group_size >= 1, "algorithm.group_size", f"must be >= 1, got {alg.group_size}")

@@ -35,11 +35,15 @@ def load_pretrained(directory: str | os.PathLike, **kwargs):
     """``(model, tokenizer)`` of a directory written by ``save_pretrained`` / ``export_merged``.
 
     Raises:
+        FileNotFoundError: ``directory`` is not a folder.
         ConfigMismatchError: the directory's config.json is not one of our model types.
         CorruptCheckpointError: config.json is not a JSON object, or the weights file is
             truncated or damaged.
     """
     directory = Path(directory)
+    if not directory.is_dir():
+        raise FileNotFoundError(f"{directory} is {'a file' if directory.exists() else 'missing'}: a model is a "
+                                "folder holding config.json, model.safetensors and the tokenizer")
     config = read_json_object(directory / "config.json")
     model_type = config.get("model_type")
     if model_type not in MODEL_CLASSES:
