@@ -4,7 +4,7 @@ check it against the real camera (overlay) and watch the camera for drift.
     vla-calibrate board --out calib/board
     vla-calibrate intrinsics --images calib/intrinsics --board calib/board/board.json --out calib/intrinsics.json
     vla-calibrate handeye --session calib/session --out calib/camera.json
-    vla-calibrate handeye --robot-ip 172.16.0.2 --camera-serial 123622270136 --board calib/board/board.json \
+    vla-calibrate handeye --robot-ip 172.16.0.2 --camera-serial 123622270136 --board calib/board/board.json \\
         --safety-limits cell_limits.yaml --session-dir calib/session --out calib/camera.json
     vla-calibrate overlay --camera-file calib/camera.json --image real.png --out overlay.png [--qpos Q1 .. Q7]
     vla-calibrate drift pin --camera-file calib/camera.json --image ref.png --board board.json --out calib/drift_ref
@@ -51,6 +51,8 @@ def existing_dir(text: str) -> Path:
 
 def existing_file(text: str) -> Path:
     path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a folder, not a file")
     if not path.is_file():
         raise argparse.ArgumentTypeError(f"{text} does not exist")
     return path
@@ -81,6 +83,8 @@ BOARD_ARGS = {"squares_x": "--squares-x", "squares_y": "--squares-y", "square_le
 def cmd_board(args: argparse.Namespace) -> int:
     from calibration.printout import printout_summary, write_printout
 
+    if args.out.exists() and not args.out.is_dir():
+        raise UsageError("--out", f"{args.out} is a file; give the folder for board.png, board.pdf and board.json")
     try:
         spec = BoardSpec(squares_x=args.squares_x, squares_y=args.squares_y,
                          square_length_m=args.square_length_mm / 1000.0, marker_length_m=args.marker_length_mm / 1000.0,
@@ -92,6 +96,8 @@ def cmd_board(args: argparse.Namespace) -> int:
         printout = write_printout(spec, args.out, dpi=args.dpi)
     except ValueError as e:
         raise UsageError("--dpi", str(e)) from None
+    except OSError as e:  # e.g. a file where a parent folder should be, or no permission
+        raise UsageError("--out", f"cannot write into {args.out}: {e.strerror or e}") from None
     print(printout_summary(printout))
     print(f"Board {spec.width_m * 1000:g} x {spec.height_m * 1000:g} mm. After printing, measure a square: it must be "
           f"{spec.square_length_m * 1000:g} mm (otherwise edit square_length_m and marker_length_m in board.json).")
@@ -272,7 +278,7 @@ def _run_devices(args, arm_config, camera_config, limits, board, intrinsics, pos
     from calibration.collect import collect_session
     from calibration.hand_eye import Mode
     from calibration.session import SessionSpec
-    from real_robot.errors import RealRobotError
+    from real_robot.errors import RealRobotError, RealtimeKernelError
     from real_robot.franky_arm import FrankyArm
     from real_robot.realsense import RealSenseCamera
     from real_robot.safety import SafetyLayer
@@ -293,6 +299,9 @@ def _run_devices(args, arm_config, camera_config, limits, board, intrinsics, pos
     except KeyboardInterrupt:
         print(f"\ninterrupted: the arm was stopped; the samples so far are in {args.session_dir}", file=sys.stderr)
         return 130
+    except RealtimeKernelError as e:
+        print(f"vla-calibrate handeye: {RealtimeKernelError(e.detail, 'pass --ignore-realtime')}", file=sys.stderr)
+        return EXIT_FAILED
     except (RealRobotError, ConnectionError, TimeoutError, FileNotFoundError) as e:
         print(f"vla-calibrate handeye: {e}", file=sys.stderr)
         return EXIT_FAILED
@@ -331,6 +340,8 @@ def cmd_overlay(args: argparse.Namespace) -> int:
 
     if args.out.suffix.lower() != ".png":
         raise UsageError("--out", f"{args.out} must be a .png file (the report goes beside it as .json)")
+    if args.out.is_dir():
+        raise UsageError("--out", f"{args.out} is a folder; give the overlay PNG's path (e.g. overlay.png)")
     try:
         camera = load_camera_file(args.camera_file)
     except ValueError as e:
@@ -454,9 +465,9 @@ def cmd_selftest(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="vla-calibrate", description=__doc__.split("\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog="\n".join(__doc__.split("\n")[2:]))
+    description, _, epilog = __doc__.partition("\n\n")
+    p = argparse.ArgumentParser(prog="vla-calibrate", description=description.replace("``", ""),
+                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=epilog)
     sub = p.add_subparsers(dest="command", required=True)
 
     b = sub.add_parser("board", help="write the ChArUco board as PNG, PDF (true scale) and board.json")

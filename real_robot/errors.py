@@ -35,6 +35,15 @@ class SafetyBypassError(RealRobotError, RuntimeError):
     """A motion command reached an arm without passing through its ``SafetyLayer``."""
 
 
+class RealtimeKernelError(RealRobotError):
+    """This PC has no realtime kernel (or may not use it), and the arm's config asks for one."""
+
+    def __init__(self, detail: str, how_to_skip: str = "set ignore_realtime=True"):
+        super().__init__(f"no realtime kernel on this PC ({detail}); install one for the real robot, or {how_to_skip} "
+                         f"for franky-sim")
+        self.detail = detail
+
+
 class StaleFrameError(RealRobotError, TimeoutError):
     """The newest camera frame is older than allowed, or no frame arrived in time."""
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from real_robot.arm import NUM_JOINTS, Arm, ArmObservation, now_s
-from real_robot.errors import MotionError, RealRobotError, RobotUnreachableError, require_module
+from real_robot.errors import MotionError, RealRobotError, RealtimeKernelError, RobotUnreachableError, require_module
 from real_robot.lifecycle import requires_connection, requires_no_connection
 
 SETTLED_JOINT_SPEED_RAD_PER_S = 0.005
@@ -115,7 +115,8 @@ class FrankyArm(Arm):
 
         Raises:
             RobotUnreachableError: refused, unknown host, or no answer within the deadline.
-            RealRobotError: the robot's server version or the PC's realtime setup does not fit.
+            RealtimeKernelError: no realtime kernel here and ``ignore_realtime`` is off.
+            RealRobotError: the robot's server version does not fit.
         """
         franky = import_franky()
         deadline_s = self.config.connect_timeout_s if timeout_s is None else float(timeout_s)
@@ -150,8 +151,7 @@ class FrankyArm(Arm):
                                      f"wheel ({text}); install the franky build for that robot "
                                      f"(docs/real_robot.md)") from error
             if isinstance(error, franky.RealtimeException):
-                raise RealRobotError(f"no realtime kernel on this PC ({text}); install one for the real robot, "
-                                     f"or set ignore_realtime=True for franky-sim") from error
+                raise RealtimeKernelError(text) from error
             raise error
         self._robot, self._gripper = result["ok"]
 

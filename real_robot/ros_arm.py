@@ -128,8 +128,11 @@ class RosArmConfig:
     def __post_init__(self) -> None:
         if self.gripper not in GRIPPER_INTERFACES:
             raise ValueError(f"gripper={self.gripper!r}; allowed: {', '.join(GRIPPER_INTERFACES)}")
-        self.arm_joint_names = tuple(self.arm_joint_names)
-        self.finger_joint_names = tuple(self.finger_joint_names)
+        for name in ("arm_joint_names", "finger_joint_names"):
+            names = getattr(self, name)
+            if not (isinstance(names, (list, tuple)) and all(isinstance(n, str) for n in names)):
+                raise ValueError(f"{name}={names!r}: a list of joint names")
+            setattr(self, name, tuple(names))
         if len(self.arm_joint_names) != NUM_JOINTS:
             raise ValueError(f"arm_joint_names has {len(self.arm_joint_names)} names; the arm has {NUM_JOINTS} joints")
         for name, value, hi in (("relative_dynamics_factor", self.relative_dynamics_factor, 1.0),
@@ -140,21 +143,25 @@ class RosArmConfig:
                                 ("grasp_force_n", self.grasp_force_n, 140.0)):
             if not (isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= hi):
                 raise ValueError(f"{name}={value!r}: a number in (0, {hi:g}]")
-        if self.domain_id is not None and not (isinstance(self.domain_id, int) and 0 <= self.domain_id <= 232):
+        if self.domain_id is not None and not (isinstance(self.domain_id, int) and not isinstance(self.domain_id, bool)
+                                               and 0 <= self.domain_id <= 232):
             raise ValueError(f"domain_id={self.domain_id!r}: an integer in [0, 232] or None")
 
     @classmethod
     def from_file(cls, path: str | Path) -> "RosArmConfig":
-        """Read the fields from a YAML (or JSON) mapping; unknown keys are refused by name."""
+        """Read the fields from a YAML (or JSON) mapping; unknown keys are refused by name.
+
+        Raises:
+            FileNotFoundError: no such file.
+            ValueError: a folder, a file that is not a YAML/JSON mapping, an unknown field or a bad value.
+        """
         import dataclasses
 
-        import yaml
+        from real_robot.config_file import read_mapping_file
 
-        data = yaml.safe_load(Path(path).read_text()) or {}
-        if not isinstance(data, dict):
-            raise ValueError(f"{path}: a mapping of RosArmConfig fields, got {type(data).__name__}")
+        data = read_mapping_file(path, "RosArmConfig fields")
         known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
+        unknown = sorted(set(data) - known, key=str)
         if unknown:
             raise ValueError(f"{path}: unknown RosArmConfig field(s) {unknown}; allowed: {sorted(known)}")
         return cls(**data)

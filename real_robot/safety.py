@@ -20,7 +20,6 @@ limits: the guarantees below are properties of that function.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import threading
@@ -29,6 +28,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from real_robot.config_file import read_mapping_file
 from real_robot.errors import UnsafeActionError
 
 if TYPE_CHECKING:
@@ -115,25 +115,16 @@ class SafetyLimits:
         their defaults.
 
         Raises:
-            ValueError: an unknown key (the message lists the allowed ones), a bad value, or another
-                file type.
+            ValueError: an unknown key (the message lists the allowed ones), a bad value, another
+                file type, a folder, or a file that is not a YAML/JSON mapping.
             FileNotFoundError: no such file.
         """
         path = Path(path)
-        text = path.read_text()
-        if path.suffix in (".yaml", ".yml"):
-            import yaml
-
-            data = yaml.safe_load(text)
-        elif path.suffix == ".json":
-            data = json.loads(text)
-        else:
+        if path.suffix not in (".yaml", ".yml", ".json") and not path.is_dir():
             raise ValueError(f"{path}: safety limits are read from .yaml, .yml or .json files")
-        data = {} if data is None else data
-        if not isinstance(data, dict):
-            raise ValueError(f"{path}: a mapping of limit names to values, got {type(data).__name__}")
+        data = read_mapping_file(path, "limit names to values")
         allowed = [f.name for f in fields(cls)]
-        unknown = sorted(set(data) - set(allowed))
+        unknown = sorted(set(data) - set(allowed), key=str)
         if unknown:
             raise ValueError(f"{path}: unknown safety limit(s) {unknown}; allowed: {allowed}")
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})

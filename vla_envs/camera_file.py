@@ -98,12 +98,16 @@ class CameraFile:
 def load_camera_file(path: str | Path | None = None) -> CameraFile:
     """Read and check a camera file (None: the default shipped with the package)."""
     path = Path(path) if path is not None else DEFAULT_CAMERA_FILE
+    if path.is_dir():
+        raise ValueError(f"camera file {path} is a folder; give the camera file (vla-calibrate handeye writes one)")
     if not path.is_file():
         raise FileNotFoundError(f"camera file {path} does not exist")
     try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise ValueError(f"camera file {path} is not valid JSON: {e}") from e
+        data = json.loads(path.read_bytes())
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"camera file {path} is not valid JSON ({e}); a {FORMAT} camera file is") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"camera file {path} holds a JSON {type(data).__name__}; a {FORMAT} camera file is an object")
 
     def field(name, check, what):
         if name not in data:

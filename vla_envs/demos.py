@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -125,17 +126,41 @@ class EpisodeRecorder:
         return kept
 
 
-def load_demos(folder: str | Path) -> tuple[dict[str, Any], list[dict[str, np.ndarray]]]:
-    """Read a demo folder: its index and every episode's arrays."""
-    folder = Path(folder)
-    index_path = folder / "index.json"
+def load_index(folder: str | Path) -> dict[str, Any]:
+    """A demo folder's ``index.json``, checked.
+
+    Raises:
+        FileNotFoundError: no ``index.json``.
+        ValueError: it is damaged or of another format, named.
+    """
+    index_path = Path(folder) / "index.json"
     if not index_path.is_file():
         raise FileNotFoundError(f"{index_path} not found: not a demo folder (see vla-envs collect-demos)")
-    index = json.loads(index_path.read_text())
-    if index.get("format") != FORMAT:
-        raise ValueError(f"{index_path}: format {index.get('format')!r}, expected {FORMAT!r}")
+    try:
+        index = json.loads(index_path.read_bytes())
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{index_path} is not valid JSON ({e}): the demo folder's index is damaged") from None
+    if not isinstance(index, dict) or index.get("format") != FORMAT:
+        found = index.get("format") if isinstance(index, dict) else type(index).__name__
+        raise ValueError(f"{index_path}: format {found!r}, expected {FORMAT!r}")
+    return index
+
+
+def load_demos(folder: str | Path) -> tuple[dict[str, Any], list[dict[str, np.ndarray]]]:
+    """Read a demo folder: its index (``load_index``) and every episode's arrays.
+
+    Raises:
+        FileNotFoundError: no ``index.json``.
+        ValueError: a damaged index or episode file, named.
+    """
+    folder = Path(folder)
+    index = load_index(folder)
     episodes = []
-    for e in index["episodes"]:
-        with np.load(folder / e["file"]) as z:
-            episodes.append({k: z[k] for k in z.files})
+    for e in index.get("episodes", []):
+        path = folder / str(e.get("file"))
+        try:
+            with np.load(path) as z:
+                episodes.append({k: z[k] for k in z.files})
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as err:  # missing, cut short, not arrays
+            raise ValueError(f"{path}, an episode that {folder / 'index.json'} lists, cannot be read: {err}") from None
     return index, episodes

@@ -105,3 +105,11 @@ def test_board_command_bad_argument_exits_2(tmp_path, capsys):
         main(["board", "--out", str(tmp_path), "--square-length-mm", "-3"])
     assert e.value.code == 2
     assert "--square-length-mm" in capsys.readouterr().err
+
+
+def test_board_command_refuses_a_file_as_its_out_folder(tmp_path, capsys):
+    taken = tmp_path / "board"
+    taken.write_text("kept")
+    assert main(["board", "--out", str(taken)]) == 2
+    assert f"argument --out: {taken} is a file; give the folder" in capsys.readouterr().err
+    assert taken.read_text() == "kept"

@@ -302,6 +302,20 @@ def test_bad_live_arguments_exit_2_naming_them(argv, flag, files, capsys):
     assert not Path(files["new"]).exists()  # refused before anything was recorded
 
 
+@pytest.mark.parametrize("content, message", [(b"\xda\x00\xff binary", "is not a text file"),
+                                              (b"workspace_min_m: [0.3\n", "is not valid YAML (line 2: ")],
+                         ids=["binary", "yaml-syntax"])
+def test_a_safety_limits_file_that_is_not_a_mapping_exits_2_naming_it(content, message, files, tmp_path, capsys):
+    limits = tmp_path / "garbage.yaml"
+    limits.write_bytes(content)
+    code, out, err = run_cli(["handeye", *[a.format(**files) for a in LIVE], "--board", files["board"],
+                              "--session-dir", files["new"], "--safety-limits", str(limits), "--out", files["out"]],
+                             capsys)
+    assert code == 2, (out, err)
+    assert f"argument --safety-limits: {limits} {message}" in err and "mapping of limit names" in err
+    assert not Path(files["new"]).exists()
+
+
 @needs_realsense
 def test_a_missing_camera_exits_1_naming_its_serial_before_the_robot_is_contacted(files, capsys):
     code, out, err = run_cli(["handeye", "--robot-ip", free_loopback_address(), "--camera-serial", "000000000000",

@@ -148,6 +148,14 @@ def test_bad_arguments_exit_2_naming_the_argument(files, change, named, capsys):
     assert not (files["root"] / "bad").exists()
 
 
+def test_an_out_png_that_is_a_folder_is_called_a_folder(files, capsys):
+    folder = files["root"] / "dirpng.png"
+    folder.mkdir()
+    assert run_cli(["overlay", "--camera-file", files["camera"], "--image", files["root"] / "gray.png",
+                    "--out", folder]) == 2
+    assert f"argument --out: {folder} is a folder" in capsys.readouterr().err
+
+
 def test_missing_maniskill_names_the_setup_command(files, monkeypatch, capsys):
     """Without ManiSkill (here: made unimportable) the overlay says how to install it."""
     for name in ("mani_skill", "mani_skill.envs"):

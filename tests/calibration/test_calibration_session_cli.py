@@ -168,3 +168,24 @@ def test_cli_imports_no_opencv_and_help_works():
     out = subprocess.run([sys.executable, "-m", "calibration.cli", "--help"], capture_output=True, text=True,
                          check=True).stdout
     assert all(c in out for c in ("board", "intrinsics", "handeye", "selftest"))
+
+
+@pytest.mark.parametrize("args, named", [
+    (["intrinsics", "--images", "{dir}", "--board", "{dir}"], "--board"),
+    (["overlay", "--camera-file", "{dir}", "--image", "{dir}", "--out", "o.png"], "--camera-file"),
+    (["handeye", "--robot-ip", "127.0.0.1", "--safety-limits", "{dir}", "--out", "c.json"], "--safety-limits"),
+])
+def test_a_folder_given_for_a_file_is_called_a_folder(args, named, tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        main([a.format(dir=tmp_path) for a in args])
+    assert e.value.code == 2
+    assert f"argument {named}: {tmp_path} is a folder, not a file" in capsys.readouterr().err
+
+
+def test_help_has_the_whole_description_and_its_examples_keep_their_lines(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert "solve hand-eye into the camera file,\ncheck it against the real camera (overlay) and watch the camera for " \
+           "drift." in out
+    assert "--board calib/board/board.json \\\n        --safety-limits cell_limits.yaml" in out

@@ -102,3 +102,50 @@ def test_a_missing_server_is_named():
         port = s.getsockname()[1]
     with pytest.raises(ConnectionError, match=f"127.0.0.1:{port}.*vla-serve"):
         PolicyClient(port=port, timeout_s=1)
+
+
+def _no_model(*args, **kwargs):
+    raise AssertionError("the model was loaded although an argument was bad")
+
+
+@pytest.mark.parametrize("where", ["port in use", "not this machine's address"])
+def test_vla_serve_names_an_address_it_cannot_listen_on(where, service, monkeypatch, capsys):
+    from vla_trainer.deploy import serve
+
+    monkeypatch.setattr(serve, "PolicyService", lambda *args, **kwargs: service)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        host, port = ("127.0.0.1", busy.getsockname()[1]) if where == "port in use" else ("10.255.255.1", 0)
+        assert serve.main(["--checkpoint", "m", "--host", host, "--port", str(port)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --host/--port: cannot listen on ") and f"{host}:{port}" in err
+    assert "Traceback" not in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("device, message", [("gpu", "expected cpu, cuda or cuda:N, got 'gpu'"),
+                                             ("cuda:99", "cuda:99")])
+def test_vla_serve_refuses_a_device_it_cannot_use_before_loading(device, message, monkeypatch, capsys):
+    import torch
+
+    from vla_trainer.deploy import serve
+
+    monkeypatch.setattr(serve, "PolicyService", _no_model)
+    with pytest.raises(SystemExit) as e:
+        serve.main(["--checkpoint", "m", "--device", device])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --device" in err and message in err
+    if not torch.cuda.is_available():
+        with pytest.raises(SystemExit) as e:
+            serve.main(["--checkpoint", "m", "--device", "cuda"])
+        assert e.value.code == 2 and "'cuda': no CUDA GPU here" in capsys.readouterr().err
+
+
+def test_vla_serve_help_shows_the_default_port(capsys):
+    from vla_trainer.deploy.serve import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["--help"])
+    assert e.value.code == 0
+    assert "(default: 5555)" in " ".join(capsys.readouterr().out.split())

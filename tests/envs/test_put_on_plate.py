@@ -363,6 +363,11 @@ def test_camera_file_errors_name_the_field(tmp_path):
         path.write_text(json.dumps(bad))
         with pytest.raises(ValueError, match=text):
             load_camera_file(path)
+    (tmp_path / "binary.json").write_bytes(bytes(range(128, 256)))
+    (tmp_path / "list.json").write_text("[1, 2]")
+    for name, text in (("binary.json", "is not valid JSON"), ("list.json", "holds a JSON list"), ("", "is a folder")):
+        with pytest.raises(ValueError, match=text):
+            load_camera_file(tmp_path / name)
 
 
 def test_camera_crop_is_the_pinhole_camera_of_the_region():

@@ -249,3 +249,78 @@ def test_ros_mode_starts_the_same_nodes_and_stops_them_all(franky_sim, recording
     assert "publishing" in (logs / "camera.log").read_text()
     left = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True).stdout.split()
     assert left == [], "node processes left running"
+
+
+def _unused(*args, **kwargs):
+    raise AssertionError("the checkpoint was loaded although an argument was bad")
+
+
+@pytest.mark.parametrize("flag, make, message", [
+    ("--camera-file", lambda p: p.write_bytes(b"\xda\x00\xff binary"), "--camera-file: camera file {path} is not valid JSON"),
+    ("--camera-file", lambda p: p.mkdir(), "--camera-file {path} is a folder; give a camera file"),
+    ("--safety-limits", lambda p: p.write_text("workspace_min_m: [0.3\n"), "--safety-limits: {path} is not valid YAML"),
+    ("--safety-limits", lambda p: p.mkdir(), "--safety-limits {path} is a folder"),
+    ("--ros-arm", lambda p: p.mkdir(), "--ros-arm {path} is a folder; give a RosArmConfig YAML file"),
+], ids=["camera-binary", "camera-folder", "limits-yaml", "limits-folder", "ros-arm-folder"])
+def test_a_file_that_cannot_be_read_is_named_with_its_flag_before_loading(flag, make, message, tmp_path, monkeypatch,
+                                                                          capsys):
+    import vla_trainer.deploy.serve as serve
+
+    monkeypatch.setattr(serve, "PolicyService", _unused)
+    path = tmp_path / "given.yaml"
+    make(path)
+    args = ["--checkpoint", "m", "--playback", "scene.db3", "--instruction", "put carrot on plate",
+            "--robot-ip", "10.255.255.1", flag, str(path)]
+    if flag == "--ros-arm":
+        del args[6:8]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: " + message.format(path=path)) and len(err.splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("extra, flag", [(["--ros", "--ros-seconds", "-1"], "--ros-seconds"),
+                                         (["--relative-dynamics", "0"], "--relative-dynamics"),
+                                         (["--relative-dynamics", "1.5"], "--relative-dynamics")])
+def test_out_of_range_numbers_are_refused_by_flag(extra, flag, monkeypatch, capsys):
+    import vla_trainer.deploy.serve as serve
+
+    monkeypatch.setattr(serve, "PolicyService", _unused)
+    with pytest.raises(SystemExit) as e:
+        main(["--checkpoint", "m", "--robot-ip", "10.255.255.1", "--playback", "scene.db3", "--instruction", "x",
+              *extra])
+    assert e.value.code == 2
+    assert f"argument {flag}" in capsys.readouterr().err
+
+
+def test_no_realtime_kernel_names_the_flag_that_skips_it(tmp_path, monkeypatch, capsys):
+    import vla_envs.backends.franka.make as make
+    import vla_trainer.deploy.serve as serve
+    from real_robot.errors import RealtimeKernelError
+
+    class Service:
+        spec = PolicySpec(image_size=64, state_dim=16, chunk_size=8, action_dim=7, camera_crop=None, model_dir="m")
+
+    def no_realtime(**kwargs):
+        raise RealtimeKernelError("libfranka: Running kernel does not have realtime capabilities.")
+
+    monkeypatch.setattr(serve, "PolicyService", lambda *args, **kwargs: Service())
+    monkeypatch.setattr(make, "make_franka_vector_env", no_realtime)
+    assert main(["--checkpoint", "m", "--robot-ip", "10.255.255.1", "--playback", "scene.db3", "--instruction", "x",
+                 "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "no realtime kernel" in err and "pass --ignore-realtime" in err and "ignore_realtime=True" not in err
+
+
+def test_an_out_folder_holding_earlier_episodes_is_refused_before_loading(tmp_path, monkeypatch, capsys):
+    import vla_trainer.deploy.serve as serve
+    from synthetic_demos import write_demos
+
+    monkeypatch.setattr(serve, "PolicyService", _unused)
+    write_demos(tmp_path / "earlier" / "episodes")
+    kept = sorted(p.name for p in (tmp_path / "earlier" / "episodes").iterdir())
+    (tmp_path / "a_file").write_text("x")
+    base = ["--checkpoint", "m", "--robot-ip", "10.255.255.1", "--playback", "scene.db3", "--instruction", "x"]
+    for out, says in (("earlier", "holds the episodes of an earlier run"), ("a_file", "is a file")):
+        assert main([*base, "--out", str(tmp_path / out)]) == 2
+        assert f"error: --out {tmp_path / out} {says}" in capsys.readouterr().err
+    assert sorted(p.name for p in (tmp_path / "earlier" / "episodes").iterdir()) == kept

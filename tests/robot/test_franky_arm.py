@@ -162,3 +162,16 @@ def test_missing_franky_names_the_extra(tmp_path):
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode != 0
     assert "MissingExtraError" in result.stderr and 'pip install "vla-rl[robot]"' in result.stderr
+
+
+def test_no_realtime_kernel_is_its_own_error_naming_the_switch(monkeypatch):
+    franky = pytest.importorskip("franky", reason="the [robot] extra")
+    from real_robot.errors import RealtimeKernelError
+
+    def robot(*args, **kwargs):  # what franky raises on a PC without PREEMPT_RT
+        raise franky.RealtimeException("libfranka: Running kernel does not have realtime capabilities.")
+
+    monkeypatch.setattr(franky, "Robot", robot)
+    with pytest.raises(RealtimeKernelError, match=r"no realtime kernel.*capabilities.*set ignore_realtime=True") as e:
+        FrankyArm(FrankyArmConfig(robot_ip="127.0.0.1", gripper=False)).connect()
+    assert e.value.detail == "libfranka: Running kernel does not have realtime capabilities."

@@ -191,3 +191,17 @@ def test_config_from_file_and_its_refusals(tmp_path):
         RosArmConfig(arm_joint_names=("a", "b"))
     with pytest.raises(ValueError, match="state_timeout_s"):
         RosArmConfig(state_timeout_s=0)
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "is a folder, not a file; it must be a YAML/JSON mapping of RosArmConfig fields"),
+    (b"\xda\x00\xff binary", "is not a text file"),
+    (b"namespace: [fr3\ngripper: none\n", r"is not valid YAML \(line 2: "),
+    (b"arm_joint_names: 7\n", "arm_joint_names=7: a list of joint names"),
+    (b"domain_id: true\n", "domain_id=True"),
+], ids=["folder", "binary", "yaml-syntax", "joint-names", "bool-domain"])
+def test_a_config_file_that_is_not_a_mapping_of_fields_is_named(tmp_path, content, message):
+    path = tmp_path / "arm.yaml"
+    path.mkdir() if content is None else path.write_bytes(content)
+    with pytest.raises(ValueError, match=message):
+        RosArmConfig.from_file(path)

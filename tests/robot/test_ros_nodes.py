@@ -152,6 +152,13 @@ def test_the_graph_copies_of_twin_constants_match_the_twin():
     assert ros_graph.camera_file_hw(ros_graph.DEFAULT_CAMERA_FILE) == (480, 640)
 
 
+def test_a_camera_file_the_launch_cannot_read_is_named(tmp_path):
+    (tmp_path / "binary.json").write_bytes(bytes(range(128, 256)))
+    for name, says in (("", "is a folder"), ("binary.json", "a JSON object with integer"), ("none.json", "does not exist")):
+        with pytest.raises(ValueError, match=says):
+            ros_graph.camera_file_hw(tmp_path / name)
+
+
 def test_franka_eval_graph_wires_camera_policy_and_bridge():
     specs = ros_graph.franka_eval_graph(checkpoint=str(SHIPPED_WARM_START), robot_ip="172.16.0.2",
                                         instruction="put carrot on plate", camera_serial="123622270136",

@@ -80,6 +80,20 @@ def test_limits_file_refuses_unknown_keys_and_bad_values(tmp_path):
         SafetyLimits.from_file(tmp_path / "cell.toml")
 
 
+@pytest.mark.parametrize("name, content, message", [
+    ("cell.yaml", None, "is a folder, not a file"),
+    ("cell.yaml", b"\xda\x00\xff binary", "is not a text file"),
+    ("cell.yaml", b"workspace_min_m: [0.3, 0.1\ndry_run: true\n", r"is not valid YAML \(line 2: "),
+    ("cell.json", b'{"dry_run": true,}', r"is not valid JSON \(line 1: "),
+], ids=["folder", "binary", "yaml-syntax", "json-syntax"])
+def test_a_limits_file_that_is_not_a_mapping_is_named_in_one_line(tmp_path, name, content, message):
+    path = tmp_path / name
+    path.mkdir() if content is None else path.write_bytes(content)
+    with pytest.raises(ValueError, match=f"{message}.*it must be a YAML/JSON mapping of limit names") as e:
+        SafetyLimits.from_file(path)
+    assert str(path) in str(e.value) and "\n" not in str(e.value)
+
+
 # ----- the step limiter: hand-checked cases -------------------------------------------------------
 
 def home_pose(position=(0.5, 0.0, 0.3)):

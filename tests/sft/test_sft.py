@@ -454,6 +454,33 @@ def test_cli_sft_report(trained, demos, tmp_path, capsys):
     assert f"gripper {report['0']['policy'][6]:.2f}/{report['0']['zero'][6]:.2f}" in lines[0]
 
 
+def test_cli_sft_report_json_that_cannot_be_written_is_named(trained, demos, tmp_path, capsys):
+    (tmp_path / "a_file").write_text("x")
+    bad = tmp_path / "a_file" / "report.json"
+    assert cli_main(["sft-report", "--checkpoint", str(trained[2]), "--demos", str(demos), "--steps", "0",
+                     "--json", str(bad)]) == 1
+    captured = capsys.readouterr()
+    assert f"error: --json {bad}: cannot be written" in captured.err and "t=0" in captured.out
+
+
+@pytest.mark.parametrize("damage, says", [
+    ({"index.json": b"garbage"}, "index.json is not valid JSON"),
+    ({"index.json": b"[1, 2]"}, "format 'list', expected 'vla-demos-v1'"),
+    ({"episode_000000.npz": b"garbage"}, "episode_000000.npz, an episode that"),
+    ({"episode_000000.npz": b"PK\x03\x04cut"}, "episode_000000.npz, an episode that"),
+])
+def test_a_damaged_demo_folder_is_named_by_every_stage_that_reads_it(tmp_path, capsys, damage, says):
+    demos = write_demos(tmp_path / "demos", episodes=2, steps=3)
+    for name, data in damage.items():
+        (demos / name).write_bytes(data)
+    index_damaged = "index.json" in damage  # (these synthetic demos have no scene poses for pretrain-vision)
+    for command in (["sft", "--preset", PRESET], *([["pretrain-vision"]] if index_damaged else [])):
+        assert cli_main([*command, "--demos", str(demos), "--out", str(tmp_path / "out"), "--steps", "1"]) == 2
+        err = capsys.readouterr().err
+        assert says in err and "Traceback" not in err, err
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("args, message", [
     (["--steps", "0,-1"], "--steps"),
     (["--steps", "a"], "--steps"),

@@ -165,7 +165,13 @@ def cmd_sft_report(args: argparse.Namespace) -> int:
         cells = "  ".join(f"{d} {p:.2f}/{z:.2f}" for d, p, z in zip(dims, row["policy"], row["zero"]))
         print(f"t={t:<3d} ({row['episodes']} episodes)  {cells}")
     if args.json:
-        args.json.write_text(json.dumps({str(t): row for t, row in report.items()}, indent=1))
+        try:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps({str(t): row for t, row in report.items()}, indent=1))
+        except OSError as e:
+            print(f"error: --json {args.json}: cannot be written ({e.strerror}); the table above is the report",
+                  file=sys.stderr)
+            return 1
     return 0
 
 

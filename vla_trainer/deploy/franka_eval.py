@@ -6,7 +6,8 @@
 The arm is driven by franky (``--robot-ip``), or, where the robot PC's ROS 2 stack owns it, through
 that stack (``--ros-arm cell_ros_arm.yaml``, a ``real_robot.ros_arm.RosArmConfig``).
 
-Order of events: the checkpoint is loaded and checked against the env (image size, camera crop,
+Order of events: the files given (``--camera-file``, ``--safety-limits``, ``--ros-arm``) are read and
+checked; the checkpoint is loaded and checked against the env (image size, camera crop,
 state layout, action convention: an error names both sides); the calibration drift check runs
 when a reference is given; the arm and camera connect; then for each episode the operator sets the
 scene up and presses Enter, the arm homes to the twin's rest pose, and the policy runs at the
@@ -23,13 +24,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import signal
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from vla_envs.arguments import positive_int
+from vla_envs.arguments import positive_float, positive_int
 
 
 class CheckpointMismatchError(ValueError):
@@ -75,6 +77,55 @@ def _crop(text: str) -> tuple[int, int, int, int]:
     return values  # type: ignore[return-value]
 
 
+def _speed_scale(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}")
+    return value
+
+
+def check_files(args: argparse.Namespace) -> str | None:
+    """Why a file given on the command line cannot be used, naming its flag; None when all can.
+    Runs before the checkpoint loads, and covers ``--ros``, whose nodes would only log it."""
+    from real_robot.ros_arm import RosArmConfig
+    from real_robot.safety import SafetyLimits
+    from vla_envs.camera_file import load_camera_file
+
+    for flag, path, load, what in (
+            ("--ros-arm", args.ros_arm, RosArmConfig.from_file, "a RosArmConfig YAML file"),
+            ("--safety-limits", args.safety_limits, SafetyLimits.from_file, "a YAML/JSON safety limits file"),
+            ("--camera-file", args.camera_file, load_camera_file, "a camera file (vla-calibrate handeye writes one)")):
+        if path is None:
+            continue
+        if path.is_dir():
+            return f"{flag} {path} is a folder; give {what}"
+        if not path.exists():
+            return f"{flag} {path} does not exist; give {what}"
+        try:
+            load(path)
+        except (OSError, ValueError) as e:
+            return f"{flag}: {e}"
+    return None
+
+
+def check_out(args: argparse.Namespace) -> str | None:
+    """Why ``--out`` cannot take this run's episodes (real episodes are never overwritten), naming
+    it; None when it can. Without ``--out``, a new dated folder under ``runs/franka_eval``."""
+    from vla_envs.demos import check_new_demo_folder
+
+    if args.out is None:
+        args.out = Path("runs/franka_eval") / time.strftime("%Y%m%d-%H%M%S")
+    if args.out.exists() and not args.out.is_dir():
+        return f"--out {args.out} is a file; give a new folder"
+    try:
+        check_new_demo_folder(args.out / "episodes")
+    except FileExistsError:
+        return f"--out {args.out} holds the episodes of an earlier run; give a new folder"
+    return None
+
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="franka-eval", description="Run a sim-trained checkpoint on the real Franka.")
@@ -96,15 +147,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--dry-run", action="store_true", help="log every command, move nothing")
     p.add_argument("--operator", choices=("keyboard", "scripted"), default="keyboard",
                    help="scripted: no prompts, no labels (episodes run to the time limit)")
-    p.add_argument("--relative-dynamics", type=float, default=0.1, help="speed scale of the arm, (0, 1]")
+    p.add_argument("--relative-dynamics", type=_speed_scale, default=0.1, help="speed scale of the arm, (0, 1]")
     p.add_argument("--ignore-realtime", action="store_true", help="no realtime kernel (a simulated arm only)")
     p.add_argument("--drift-reference", type=Path, help="a `vla-calibrate drift pin` folder to check first")
     p.add_argument("--drift-override", action="store_true", help="run even if the camera moved beyond the limits")
-    p.add_argument("--out", type=Path, default=Path("runs/franka_eval"), help="episodes and the results table")
+    p.add_argument("--out", type=Path, default=None,
+                   help="a new folder for the episodes and the results table (default: runs/franka_eval/<date-time>); "
+                        "one holding an earlier run's episodes is refused")
     p.add_argument("--ros", action="store_true",
                    help="run the policy, camera and arm bridge as ROS 2 nodes (the same spec as "
                         "launch/franka_eval.launch.py) until Ctrl-C or --ros-seconds; no episodes or labels")
-    p.add_argument("--ros-seconds", type=float, default=None, help="with --ros: stop the nodes after this long")
+    p.add_argument("--ros-seconds", type=positive_float, default=None,
+                   help="with --ros: stop the nodes after this long")
     p.add_argument("--ros-domain-id", type=int, default=0, help="with --ros: the DDS domain (traffic stays local)")
     return p.parse_args(argv)
 
@@ -177,6 +231,9 @@ def main(argv: list[str] | None = None) -> int:
     from vla_envs.backends.franka.twin import STATE_DIM
     from vla_trainer.deploy.serve import PolicyService
 
+    if problem := check_files(args) or check_out(args):
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     try:
         policy = PolicyService(args.checkpoint)
         image_size, crop = check_fit(policy.spec, image_size=args.image_size, camera_crop=args.camera_crop,
@@ -190,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
             return status
     if args.ros:
         return run_ros(args, crop)
-    from real_robot.errors import RealRobotError
+    from real_robot.errors import RealRobotError, RealtimeKernelError
     from vla_envs.backends.franka.make import make_franka_vector_env
 
     args.out.mkdir(parents=True, exist_ok=True)
@@ -210,6 +267,9 @@ def main(argv: list[str] | None = None) -> int:
         print("\ninterrupted: the arm was stopped; episodes so far are in "
               f"{args.out / 'episodes'}", file=sys.stderr)
         return 130
+    except RealtimeKernelError as e:
+        print(f"error: {RealtimeKernelError(e.detail, 'pass --ignore-realtime')}", file=sys.stderr)
+        return 2
     except (ConnectionError, ValueError, FileNotFoundError, TimeoutError, EOFError, RealRobotError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

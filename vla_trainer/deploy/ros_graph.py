@@ -152,12 +152,14 @@ def graph_from_launch_arguments(values: Mapping[str, str]) -> list[NodeSpec]:
 def camera_file_hw(path: str | Path) -> tuple[int, int]:
     """``(height, width)`` of a camera file (``vla_envs.camera_file`` checks the rest)."""
     path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"camera file {path} is a folder, not a file")
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_bytes())
         height, width = data["height"], data["width"]
     except FileNotFoundError:
         raise ValueError(f"camera file {path} does not exist") from None
-    except (json.JSONDecodeError, KeyError, TypeError):
+    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError):
         raise ValueError(f"camera file {path}: a JSON object with integer 'width' and 'height'") from None
     if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (height, width)):
         raise ValueError(f"camera file {path}: 'width' and 'height' are positive integers")

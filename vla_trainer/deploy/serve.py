@@ -299,6 +299,29 @@ class PolicyClient:
         self.close()
 
 
+def torch_device(text: str) -> str:
+    """An argparse type: a torch device this machine has (cpu, cuda, cuda:N)."""
+    import argparse
+
+    import torch
+
+    try:
+        device = torch.device(text)
+    except (RuntimeError, ValueError):
+        device = None
+    if device is None or device.type not in ("cpu", "cuda"):
+        raise argparse.ArgumentTypeError(f"expected cpu, cuda or cuda:N, got {text!r}")
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise argparse.ArgumentTypeError(f"{text!r}: no CUDA GPU here (torch {torch.__version__}, CUDA "
+                                             f"{torch.version.cuda or 'not compiled in'}); use cpu")
+        if device.index is not None and device.index >= count:
+            raise argparse.ArgumentTypeError(f"{text!r}: this machine has {count} CUDA GPU(s): "
+                                             f"cuda:0 to cuda:{count - 1}")
+    return text
+
+
 def main(argv: list[str] | None = None) -> int:
     """``vla-serve``: serve a checkpoint to a robot PC (see the module docstring for the format)."""
     import argparse
@@ -309,8 +332,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="vla-serve", description="Serve a policy checkpoint over TCP (no pickle).")
     p.add_argument("--checkpoint", type=Path, required=True, help="model folder, training checkpoint or run folder")
     p.add_argument("--host", default=DEFAULT_HOST, help="address to bind (default 127.0.0.1: this machine only)")
-    p.add_argument("--port", type=tcp_port, default=DEFAULT_PORT, help="0: any free port")
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--port", type=tcp_port, default=DEFAULT_PORT, help="0: any free port (default: %(default)s)")
+    p.add_argument("--device", type=torch_device, default="cpu", help="cpu, cuda or cuda:N (default: %(default)s)")
     p.add_argument("--temperature", type=positive_float, default=None, help="sample at this temperature (default: greedy)")
     args = p.parse_args(argv)
     try:
@@ -319,7 +342,12 @@ def main(argv: list[str] | None = None) -> int:
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    with PolicyServer(service, args.host, args.port) as server:
+    try:
+        server = PolicyServer(service, args.host, args.port)
+    except OSError as e:  # in use, not an address of this machine, or an unknown name
+        print(f"error: --host/--port: cannot listen on {args.host}:{args.port}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    with server:
         host, port = server.server_address[:2]
         print(f"serving {service.spec.model_dir} on {host}:{port} (Ctrl-C stops)", flush=True)
         try:

@@ -187,7 +187,7 @@ def train_sft(
     scene_head, scene_z = None, None
     if cfg.scene_loss_weight > 0:
         if samples.scene is None:
-            raise ValueError(f"{demo_dir}: --scene-loss-weight needs demos with the expert's scene poses "
+            raise ValueError("--scene-loss-weight needs demos with the expert's scene poses "
                              "(index.json 'scene_bodies'); record them with vla-envs collect-demos")
         scene = torch.as_tensor(samples.scene)
         scene_z = (scene - scene.mean(0)) / scene.std(0).clamp_min(1e-3)

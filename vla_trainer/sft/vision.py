@@ -16,7 +16,6 @@ model is saved with ``vision_metrics.json`` (its language model untouched) for
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +23,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
+from vla_envs.demos import load_index
 from vla_trainer.checkpoint import check_model_out_dir
 from vla_trainer.data import TARGETS_PER_BODY, DemoFolders, load_episodes, resize_images, scene_targets
 from vla_trainer.models import VLAPolicy
@@ -46,8 +46,7 @@ def load_scene_frames(demo_dirs: DemoFolders, image_size: int) -> tuple[np.ndarr
     folders = [demo_dirs] if isinstance(demo_dirs, (str, Path)) else list(demo_dirs)
     bodies = None
     for folder in folders:
-        index = json.loads((Path(folder) / "index.json").read_text())
-        found = index.get("scene_bodies")
+        found = load_index(folder).get("scene_bodies")
         if not found:
             raise ValueError(f"{folder}: the demos record no scene poses (index.json has no 'scene_bodies'); "
                              "record them with vla-envs collect-demos (scripted expert)")

@@ -24,6 +24,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from vla_envs.demos import load_index
 from vla_trainer.checkpoint import publish_half_precision
 from vla_trainer.config.warm_start import WarmStartConfig, load_warm_start, warm_start_yaml
 from vla_trainer.metrics_log import sft_curve
@@ -115,7 +116,7 @@ def make_warm_start(cfg: WarmStartConfig, run_dir: str | Path, *, progress: bool
 def made_by(run_dir: str | Path, cfg: WarmStartConfig, command: str) -> dict:
     """How the warm start in ``run_dir`` was made (``made_by.json``)."""
     run_dir = Path(run_dir)
-    index = json.loads((run_dir / "demos" / "index.json").read_text())
+    index = load_index(run_dir / "demos")
     record = {
         "command": command,
         "demos": {"env_id": index["env_id"], "asset_pack": index["asset_pack"], "episodes_recorded": cfg.demos.episodes,
