@@ -71,14 +71,15 @@ def run_episodes(args: argparse.Namespace, recorder_folder: Path | None = None) 
 
     spec = get_task(args.env_id)  # unknown id: error with close matches before anything starts
     if args.policy == "expert" and not spec.expert:
-        raise ValueError(f"{args.env_id} has no scripted expert; --policy must be 'random' or 'zero'")
+        raise ValueError(f"{args.env_id} has no scripted expert"
+                         + ("; --policy must be 'random' or 'zero'" if args.command != "collect-demos" else ""))
     action_noise = getattr(args, "action_noise", 0.0)
     if not 0.0 <= action_noise <= 1.0 or (action_noise and args.policy != "expert"):
-        raise ValueError(f"--action-noise {action_noise}: must be in [0, 1], and only perturbs the expert's "
-                         "actions (--policy expert)")
+        raise ValueError(f"--action-noise {action_noise}: must be in [0, 1], and only perturbs the scripted "
+                         "expert's actions")
     expert_kwargs = getattr(args, "expert_kwargs", None) or {}
     if expert_kwargs and args.policy != "expert":
-        raise ValueError("--expert-kwargs only configures the scripted expert (--policy expert)")
+        raise ValueError("--expert-kwargs only configures the scripted expert")
     expert = None
     if args.policy == "expert":
         module, _, name = spec.expert.partition(":")

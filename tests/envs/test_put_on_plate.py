@@ -764,6 +764,14 @@ def test_collect_demos_rejects_bad_expert_options(args, named, tmp_path, capsys)
     assert not (tmp_path / "d").exists()
 
 
+def test_collect_demos_of_a_task_without_an_expert_names_no_flag_it_lacks(tmp_path, capsys):
+    from vla_envs.cli import main
+
+    assert main(["collect-demos", "vla/PickCube-v1", "--out", str(tmp_path / "d")]) == 2
+    err = capsys.readouterr().err
+    assert "vla/PickCube-v1 has no scripted expert" in err and "--policy" not in err
+
+
 def test_collect_demos_refuses_a_folder_with_demos_or_a_file_before_starting_envs(tmp_path, capsys):
     from vla_envs.cli import main
 

@@ -350,6 +350,12 @@ def test_error_missing_recipe_file(tmp_path):
     assert str(missing) in msg and "does not exist" in msg
 
 
+def test_error_empty_recipe_file(tmp_path):
+    path = tmp_path / "empty.yaml"
+    path.write_text("# nothing yet\n")
+    assert f"recipe {path} is empty" in config_error(path)
+
+
 def test_error_yaml_top_level_list(tmp_path):
     path = tmp_path / "list.yaml"
     path.write_text("- actor\n- env\n")

@@ -76,6 +76,8 @@ def _read_yaml(path: Path, seen: tuple[Path, ...] = (), recipe_dir: Path = RECIP
         raise ConfigError(f"recipe {path} is not valid YAML: {e}") from None
     if not OmegaConf.is_dict(node):
         raise ConfigError(f"recipe {path} must be a mapping of keys, got {type(node).__name__}")
+    if len(node) == 0:  # most likely a file not saved yet; its run would be the defaults, under another name
+        raise ConfigError(f"recipe {path} is empty; a recipe sets keys (vla-train recipes lists the shipped ones)")
     parents = node.pop("defaults", [])
     if isinstance(parents, str):
         parents = [parents]
@@ -114,7 +116,8 @@ def load_recipe(schema: type, recipe: str | Path | None = None, overrides: list[
         for item in overrides:
             where = f"override {item!r}"
             if "=" not in item or not item.split("=", 1)[0].strip():
-                raise ConfigError(f"{where}: expected key=value, e.g. actor.optim.lr=3e-5")
+                raise ConfigError(f"{where}: expected key=value, e.g. actor.optim.lr=3e-5 (vla-train --help lists "
+                                  "the commands)")
             key, value = (x.strip() for x in item.split("=", 1))
             try:
                 if value.startswith("{"):  # a mapping replaces the old one (key={} empties it), as in Hydra
