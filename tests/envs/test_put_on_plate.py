@@ -772,6 +772,8 @@ def test_collect_demos_of_a_task_without_an_expert_names_no_flag_it_lacks(tmp_pa
     assert "vla/PickCube-v1 has no scripted expert" in err and "--policy" not in err
 
 
+@pytest.mark.reliability(fault="demos recorded into a folder that already holds demos, or into a file", cases=2,
+                         outcome="refused before the envs start; the earlier demos untouched")
 def test_collect_demos_refuses_a_folder_with_demos_or_a_file_before_starting_envs(tmp_path, capsys):
     from vla_envs.cli import main
 

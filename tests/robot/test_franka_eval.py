@@ -311,6 +311,8 @@ def test_no_realtime_kernel_names_the_flag_that_skips_it(tmp_path, monkeypatch, 
     assert "no realtime kernel" in err and "pass --ignore-realtime" in err and "ignore_realtime=True" not in err
 
 
+@pytest.mark.reliability(fault="franka-eval into a folder holding an earlier run's real episodes, or into a file", cases=2,
+                         outcome="refused before the checkpoint loads; the episodes untouched")
 def test_an_out_folder_holding_earlier_episodes_is_refused_before_loading(tmp_path, monkeypatch, capsys):
     import vla_trainer.deploy.serve as serve
     from synthetic_demos import write_demos

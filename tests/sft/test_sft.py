@@ -307,6 +307,8 @@ def test_cli_two_steps(tmp_path, capsys):
     assert model.config.chunk_size == 8 and tok is not None
 
 
+@pytest.mark.reliability(fault="an SFT --out that is a file, a folder of notes or the demos being trained on", cases=3,
+                         outcome="refused before training; nothing there changed")
 def test_cli_out_never_replaces_what_it_did_not_write(tmp_path, capsys):
     demos = write_demos(tmp_path / "cli_demos", episodes=1, steps=4)
     notes = tmp_path / "notes"
@@ -463,6 +465,8 @@ def test_cli_sft_report_json_that_cannot_be_written_is_named(trained, demos, tmp
     assert f"error: --json {bad}: cannot be written" in captured.err and "t=0" in captured.out
 
 
+@pytest.mark.reliability(fault="a damaged demo folder (index not JSON, not an object; an episode not an .npz or cut short)",
+                         cases=4, outcome="refused by every stage that reads it, naming the file")
 @pytest.mark.parametrize("damage, says", [
     ({"index.json": b"garbage"}, "index.json is not valid JSON"),
     ({"index.json": b"[1, 2]"}, "format 'list', expected 'vla-demos-v1'"),
