@@ -466,7 +466,7 @@ def test_cli_sft_report_json_that_cannot_be_written_is_named(trained, demos, tmp
 
 
 @pytest.mark.reliability(fault="a damaged demo folder (index not JSON, not an object; an episode not an .npz or cut short)",
-                         cases=4, outcome="refused by every stage that reads it, naming the file")
+                         cases=1, outcome="refused by every stage that reads it, naming the file")
 @pytest.mark.parametrize("damage, says", [
     ({"index.json": b"garbage"}, "index.json is not valid JSON"),
     ({"index.json": b"[1, 2]"}, "format 'list', expected 'vla-demos-v1'"),
