@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The test suite on a fresh machine: set up (system packages as root, venv, extras), then
-# pytest. Extra arguments go to pytest, e.g. `bash scripts/run_tests.sh -m "not slow"`.
+# pytest on VLA_TEST_WORKERS processes (default 2; 0 runs in this process; tests/conftest.py
+# keeps each module, and every test of the franky-sim server, on one worker). Extra arguments go
+# to pytest, e.g. `bash scripts/run_tests.sh -m "not slow"`.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$ROOT/scripts/setup.sh" maniskill,libero,dev,robot,ros
 cd "$ROOT"
 export HF_HUB_OFFLINE=1 PYTHONHASHSEED=0
-exec .venv/bin/python -m pytest "$@"
+exec .venv/bin/python -m pytest -n "${VLA_TEST_WORKERS:-2}" --dist loadgroup "$@"

@@ -1,5 +1,5 @@
 """Suite-wide fixtures: the signal-handler guard, and the franky-sim server shared by the robot and
-calibration tests.
+calibration tests; and how the suite is split between pytest-xdist workers.
 
 A test must not leave process-wide signal handlers changed: a changed SIGINT handler is inherited
 (when ignored) by every process a later test starts, and the Ctrl-C test then sees a child that
@@ -31,6 +31,21 @@ def restore_signal_handlers(request):
             signal.signal(sig, handler)
             warnings.warn(f"after {request.node.nodeid} (or a fixture torn down before it) the "
                           f"{signal.Signals(sig).name} handler was {now!r}; restored", RuntimeWarning, stacklevel=1)
+
+
+# tryfirst: before xdist reads the groups (``--dist loadgroup``)
+@pytest.hookimpl(tryfirst=True, specname="pytest_collection_modifyitems")
+def group_tests_for_workers(items):
+    """One xdist group per module, so that a module's fixtures (a Ray session, a trained run the
+    module compares against) are built once; and one for every module that uses the franky-sim
+    server, so that one worker runs them all and one server serves them."""
+    def module(item):
+        return item.nodeid.split("::")[0]
+
+    on_franky_sim = {module(item) for item in items if "franky_sim" in getattr(item, "fixturenames", ())}
+    for item in items:
+        group = "franky_sim" if module(item) in on_franky_sim else module(item)
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 _franky_sim = contextlib.ExitStack()

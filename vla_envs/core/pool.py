@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing as mp
 import os
+import secrets
 import signal
 import sys
 import traceback
@@ -32,6 +33,12 @@ from vla_envs.core.serial import check_same_spaces
 from vla_envs.core.spaces import array_keys
 from vla_envs.core.task_env import TaskEnv
 from vla_envs.errors import VlaEnvError, WorkerError
+
+
+def shm_block_name() -> str:
+    """A name for one shared-memory block, ``vla_<pid>_<random>``: a block left behind after a
+    crash is found by ``ls /dev/shm/vla_*`` and traced to the process that made it."""
+    return f"vla_{os.getpid()}_{secrets.token_hex(6)}"
 
 
 def _attach(layout: dict[str, tuple[str, tuple[int, ...], str]]):
@@ -171,7 +178,8 @@ class ProcessPoolBackend(BatchedBackend):
             for k in self._keys:
                 space = self.single_observation_space[k]
                 shape = (self.num_envs,) + space.shape
-                shm = SharedMemory(create=True, size=max(1, int(np.prod(shape)) * space.dtype.itemsize))
+                shm = SharedMemory(create=True, name=shm_block_name(),
+                                   size=max(1, int(np.prod(shape)) * space.dtype.itemsize))
                 self._blocks.append(shm)
                 layout[k] = (shm.name, shape, space.dtype.str)
             self._views = {k: np.ndarray(layout[k][1], np.dtype(layout[k][2]), buffer=b.buf)
