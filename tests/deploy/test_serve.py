@@ -109,10 +109,10 @@ def _no_model(*args, **kwargs):
 
 
 @pytest.mark.parametrize("where", ["port in use", "not this machine's address"])
-def test_vla_serve_names_an_address_it_cannot_listen_on(where, service, monkeypatch, capsys):
+def test_vla_serve_names_an_address_it_cannot_listen_on_before_loading(where, monkeypatch, capsys):
     from vla_trainer.deploy import serve
 
-    monkeypatch.setattr(serve, "PolicyService", lambda *args, **kwargs: service)
+    monkeypatch.setattr(serve, "PolicyService", _no_model)  # a 7B checkpoint takes minutes to load
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen(1)
@@ -149,3 +149,32 @@ def test_vla_serve_help_shows_the_default_port(capsys):
         main(["--help"])
     assert e.value.code == 0
     assert "(default: 5555)" in " ".join(capsys.readouterr().out.split())
+
+
+def test_the_vla_serve_command_serves_the_checkpoint_until_ctrl_c(service, tmp_path):
+    """The command as a robot PC's operator starts it: it listens, loads, answers like the service
+    in this process, and Ctrl-C ends it with exit 0."""
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    cli = Path(sys.executable).with_name("vla-serve")
+    log = tmp_path / "stderr.log"  # the loading progress bar
+    with open(log, "wb") as err:
+        proc = subprocess.Popen([str(cli), "--checkpoint", str(SHIPPED_WARM_START), "--port", "0"],
+                                stdout=subprocess.PIPE, stderr=err, text=True)
+    try:
+        line = proc.stdout.readline()  # "serving <model> on 127.0.0.1:<port> (Ctrl-C stops)"; "" if it died
+        assert line.startswith("serving ") and " on 127.0.0.1:" in line, line + log.read_text()
+        port = int(line.split(" on 127.0.0.1:")[1].split()[0])
+        image, state = _obs(3)
+        with PolicyClient(port=port, timeout_s=60) as client:
+            assert client.describe() == service.spec
+            np.testing.assert_allclose(client.act(image, "put carrot on plate", state),
+                                       service.act(image, "put carrot on plate", state), atol=1e-6)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()

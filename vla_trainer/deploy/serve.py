@@ -210,7 +210,8 @@ class PolicyServer(socketserver.ThreadingTCPServer):
     """TCP server answering ``describe`` and ``act`` requests with a ``PolicyService``.
 
     Args:
-        service: the policy.
+        service: the policy; may be set after binding, before ``serve_forever`` (``vla-serve``
+            listens before it loads the checkpoint).
         host: address to bind; 127.0.0.1 (this machine only) unless told otherwise.
         port: TCP port; 0 picks a free one (``server.server_address[1]``).
         max_message_bytes: larger requests are refused before they are read.
@@ -219,7 +220,7 @@ class PolicyServer(socketserver.ThreadingTCPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, service: PolicyService, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
+    def __init__(self, service: PolicyService | None, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
                  max_message_bytes: int = MAX_MESSAGE_BYTES):
         self.service, self.max_message_bytes = service, max_message_bytes
         super().__init__((host, port), _Handler)
@@ -336,18 +337,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", type=torch_device, default="cpu", help="cpu, cuda or cuda:N (default: %(default)s)")
     p.add_argument("--temperature", type=positive_float, default=None, help="sample at this temperature (default: greedy)")
     args = p.parse_args(argv)
-    try:
-        service = PolicyService(args.checkpoint, greedy=args.temperature is None,
-                                temperature=args.temperature or 1.0, device=args.device)
-    except (FileNotFoundError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    try:
-        server = PolicyServer(service, args.host, args.port)
+    try:  # listen first: a busy port is named at once, not after minutes of loading a 7B model
+        server = PolicyServer(None, args.host, args.port)
     except OSError as e:  # in use, not an address of this machine, or an unknown name
         print(f"error: --host/--port: cannot listen on {args.host}:{args.port}: {e.strerror or e}", file=sys.stderr)
         return 2
     with server:
+        try:
+            server.service = PolicyService(args.checkpoint, greedy=args.temperature is None,
+                                           temperature=args.temperature or 1.0, device=args.device)
+        except (FileNotFoundError, ValueError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        service = server.service
         host, port = server.server_address[:2]
         print(f"serving {service.spec.model_dir} on {host}:{port} (Ctrl-C stops)", flush=True)
         try:
