@@ -113,6 +113,10 @@ class RealSenseCamera(Camera):
         # check the stream before streaming: stopping a playback right after starting it can crash
         # librealsense, so a refused recording is never started
         if not cfg.can_resolve(rs.pipeline_wrapper(pipeline)):
+            if self.config.playback_file is not None:
+                raise ValueError(f"{self}: {self.config.playback_file} holds no color stream pyrealsense2 can play: "
+                                 f"not a RealSense recording (a rosbag2 .db3 with a color stream, as "
+                                 f"pyrealsense2's recorder or real_robot.realsense.write_recording writes)")
             raise ValueError(f"{self}: the camera offers no {self.config.width}x{self.config.height} rgb8 color "
                              f"stream at {self.config.fps} fps")
         stream = cfg.resolve(rs.pipeline_wrapper(pipeline)).get_stream(rs.stream.color).as_video_stream_profile()

@@ -102,6 +102,15 @@ def test_config_refuses_bad_values(kwargs, message):
         RealSenseCameraConfig(**kwargs)
 
 
+def test_a_file_that_is_not_a_recording_is_named(tmp_path):
+    junk = tmp_path / "notes.db3"
+    junk.write_bytes(np.random.default_rng(0).integers(0, 256, 5000, dtype=np.uint8).tobytes())
+    camera = RealSenseCamera(RealSenseCameraConfig(playback_file=str(junk)))
+    with pytest.raises(ValueError, match=r"notes.db3 holds no color stream pyrealsense2 can play: not a RealSense"):
+        camera.connect()
+    assert not camera.is_connected
+
+
 def test_missing_recording_is_named(tmp_path):
     camera = RealSenseCamera(RealSenseCameraConfig(playback_file=str(tmp_path / "none.db3")))
     with pytest.raises(FileNotFoundError, match="none.db3"):
