@@ -8,4 +8,4 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$ROOT/scripts/setup.sh" maniskill,libero,dev,robot,ros
 cd "$ROOT"
 export HF_HUB_OFFLINE=1 PYTHONHASHSEED=0
-exec .venv/bin/python -m pytest -n "${VLA_TEST_WORKERS:-2}" --dist loadgroup "$@"
+exec .venv/bin/python -m pytest -n "${VLA_TEST_WORKERS:-2}" --dist loadscope "$@"

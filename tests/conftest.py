@@ -1,5 +1,5 @@
 """Suite-wide fixtures: the signal-handler guard, and the franky-sim server shared by the robot and
-calibration tests; and how the suite is split between pytest-xdist workers.
+calibration tests, and how the suite is split between pytest-xdist workers.
 
 A test must not leave process-wide signal handlers changed: a changed SIGINT handler is inherited
 (when ignored) by every process a later test starts, and the Ctrl-C test then sees a child that
@@ -33,19 +33,41 @@ def restore_signal_handlers(request):
                           f"{signal.Signals(sig).name} handler was {now!r}; restored", RuntimeWarning, stacklevel=1)
 
 
-# tryfirst: before xdist reads the groups (``--dist loadgroup``)
-@pytest.hookimpl(tryfirst=True, specname="pytest_collection_modifyitems")
-def group_tests_for_workers(items):
-    """One xdist group per module, so that a module's fixtures (a Ray session, a trained run the
-    module compares against) are built once; and one for every module that uses the franky-sim
-    server, so that one worker runs them all and one server serves them."""
-    def module(item):
-        return item.nodeid.split("::")[0]
+FRANKY_SIM_FOLDERS = ("tests/robot/", "tests/calibration/")  # every test of the franky-sim server is here
 
-    on_franky_sim = {module(item) for item in items if "franky_sim" in getattr(item, "fixturenames", ())}
+
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: only called where it is installed
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadscope`` (what ``scripts/run_tests.sh`` asks for) sends each module to one worker,
+    so that its fixtures (a Ray session, a trained run the module compares against) are built
+    once; here the franky-sim folders count as one module, so that one worker runs every test of
+    the server and one server serves them."""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _scope(nodeid)
+
+    config.option.loadscopereorder = False  # the workers' order (longest first, below) is kept
+    return ModuleScheduling(config, log)
+
+
+def _scope(nodeid: str) -> str:
+    module = nodeid.split("::")[0]
+    return "franky_sim" if module.startswith(FRANKY_SIM_FOLDERS) else module
+
+
+def _longest_scopes_first(items):
+    """A worker's collection order is the order modules are handed out in (``ModuleScheduling``
+    keeps it): the longest first (a
+    slow-marked test counted as 30 s, any other as 1 s), so that no long module starts last and
+    leaves one worker running it alone."""
+    weight = {}
     for item in items:
-        group = "franky_sim" if module(item) in on_franky_sim else module(item)
-        item.add_marker(pytest.mark.xdist_group(group))
+        weight[_scope(item.nodeid)] = weight.get(_scope(item.nodeid), 0) + (30 if item.get_closest_marker("slow") else 1)
+    items.sort(key=lambda item: -weight[_scope(item.nodeid)])  # stable: a module's own order is kept
 
 
 _franky_sim = contextlib.ExitStack()
@@ -53,9 +75,14 @@ _last_franky_sim_user: str | None = None
 
 
 @pytest.hookimpl(trylast=True)  # after -k / -m deselection
-def pytest_collection_modifyitems(items):
+def pytest_collection_modifyitems(config, items):
     global _last_franky_sim_user
+    if hasattr(config, "workerinput"):  # an xdist worker: its order is the order work is handed out in
+        _longest_scopes_first(items)
     users = [item.nodeid for item in items if "franky_sim" in getattr(item, "fixturenames", ())]
+    elsewhere = [u for u in users if not u.startswith(FRANKY_SIM_FOLDERS)]
+    if elsewhere:  # the scheduler above would start a second server on another worker
+        raise pytest.UsageError(f"{elsewhere[0]} uses the franky_sim fixture outside {FRANKY_SIM_FOLDERS}")
     _last_franky_sim_user = users[-1] if users else None
 
 
