@@ -34,14 +34,16 @@ def restore_signal_handlers(request):
 
 
 FRANKY_SIM_FOLDERS = ("tests/robot/", "tests/calibration/")  # every test of the franky-sim server is here
+FRANKY_SIM_SCOPE = "franky_sim"
 
 
 @pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: only called where it is installed
 def pytest_xdist_make_scheduler(config, log):
-    """``--dist loadscope`` (what ``scripts/run_tests.sh`` asks for) sends each module to one worker,
-    so that its fixtures (a Ray session, a trained run the module compares against) are built
-    once; here the franky-sim folders count as one module, so that one worker runs every test of
-    the server and one server serves them."""
+    """``--dist loadscope`` (what ``scripts/run_tests.sh`` asks for) sends each module whole to one
+    worker, so that its fixtures (a Ray session, a trained run the module compares against) are
+    built once. Here the franky-sim folders count as one module, run first and alone: franky-sim
+    steps its physics in real time, and starved of CPU by a busy neighbour its simulation goes
+    unstable (NaN accelerations, then the server exits)."""
     if config.getvalue("dist") != "loadscope":
         return None
     from xdist.scheduler import LoadScopeScheduling
@@ -50,24 +52,45 @@ def pytest_xdist_make_scheduler(config, log):
         def _split_scope(self, nodeid: str) -> str:
             return _scope(nodeid)
 
-    config.option.loadscopereorder = False  # the workers' order (longest first, below) is kept
+        def _franky_sim_node(self):
+            """The worker running the franky-sim tests while any is left, else None."""
+            for node, work in self.assigned_work.items():
+                if not all(work.get(FRANKY_SIM_SCOPE, {}).values()):
+                    return node
+            return None
+
+        def _assign_work_unit(self, node) -> None:
+            busy = self._franky_sim_node()
+            if busy is None or busy is node:  # that worker takes its next module while finishing them
+                super()._assign_work_unit(node)
+
+        def mark_test_complete(self, node, item_index: int, duration: float = 0) -> None:
+            running = self._franky_sim_node() is not None
+            super().mark_test_complete(node, item_index, duration)
+            if running and self._franky_sim_node() is None:  # the last one ended: wake the idle workers
+                for other in list(self.assigned_work):
+                    if other is not node:
+                        self._reschedule(other)
+
+    config.option.loadscopereorder = False  # the workers' order (below) is kept
     return ModuleScheduling(config, log)
 
 
 def _scope(nodeid: str) -> str:
     module = nodeid.split("::")[0]
-    return "franky_sim" if module.startswith(FRANKY_SIM_FOLDERS) else module
+    return FRANKY_SIM_SCOPE if module.startswith(FRANKY_SIM_FOLDERS) else module
 
 
-def _longest_scopes_first(items):
+def _franky_sim_then_longest_first(items):
     """A worker's collection order is the order modules are handed out in (``ModuleScheduling``
-    keeps it): the longest first (a
+    keeps it): the franky-sim tests first (they run alone), then the longest module first (a
     slow-marked test counted as 30 s, any other as 1 s), so that no long module starts last and
     leaves one worker running it alone."""
     weight = {}
     for item in items:
         weight[_scope(item.nodeid)] = weight.get(_scope(item.nodeid), 0) + (30 if item.get_closest_marker("slow") else 1)
-    items.sort(key=lambda item: -weight[_scope(item.nodeid)])  # stable: a module's own order is kept
+    # stable: a module's own order is kept
+    items.sort(key=lambda item: (_scope(item.nodeid) != FRANKY_SIM_SCOPE, -weight[_scope(item.nodeid)]))
 
 
 _franky_sim = contextlib.ExitStack()
@@ -78,7 +101,7 @@ _last_franky_sim_user: str | None = None
 def pytest_collection_modifyitems(config, items):
     global _last_franky_sim_user
     if hasattr(config, "workerinput"):  # an xdist worker: its order is the order work is handed out in
-        _longest_scopes_first(items)
+        _franky_sim_then_longest_first(items)
     users = [item.nodeid for item in items if "franky_sim" in getattr(item, "fixturenames", ())]
     elsewhere = [u for u in users if not u.startswith(FRANKY_SIM_FOLDERS)]
     if elsewhere:  # the scheduler above would start a second server on another worker
