@@ -123,6 +123,23 @@ def test_vla_serve_names_an_address_it_cannot_listen_on_before_loading(where, mo
     assert "Traceback" not in err and len(err.splitlines()) == 1
 
 
+def test_ctrl_c_while_loading_ends_vla_serve_with_130_and_frees_the_port(monkeypatch, capsys):
+    from vla_trainer.deploy import serve
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    with socket.socket() as probe:  # a port free now
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setattr(serve, "PolicyService", interrupted)
+    assert serve.main(["--checkpoint", "m", "--port", str(port)]) == 130
+    err = capsys.readouterr().err
+    assert err == "interrupted while loading the checkpoint; nothing was served\n"
+    with socket.socket() as again:  # closed on the way out: the next start can listen there
+        again.bind(("127.0.0.1", port))
+
+
 @pytest.mark.parametrize("device, message", [("gpu", "expected cpu, cuda or cuda:N, got 'gpu'"),
                                              ("cuda:99", "cuda:99")])
 def test_vla_serve_refuses_a_device_it_cannot_use_before_loading(device, message, monkeypatch, capsys):
