@@ -9,6 +9,7 @@ the test that changed it.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import signal
@@ -86,11 +87,12 @@ def _franky_sim_then_longest_first(items):
     keeps it): the franky-sim tests first (they run alone), then the longest module first (a
     slow-marked test counted as 30 s, any other as 1 s), so that no long module starts last and
     leaves one worker running it alone."""
-    weight = {}
+    scope = {item.nodeid: _scope(item.nodeid) for item in items}
+    weight = collections.Counter()
     for item in items:
-        weight[_scope(item.nodeid)] = weight.get(_scope(item.nodeid), 0) + (30 if item.get_closest_marker("slow") else 1)
+        weight[scope[item.nodeid]] += 30 if item.get_closest_marker("slow") else 1
     # stable: a module's own order is kept
-    items.sort(key=lambda item: (_scope(item.nodeid) != FRANKY_SIM_SCOPE, -weight[_scope(item.nodeid)]))
+    items.sort(key=lambda item: (scope[item.nodeid] != FRANKY_SIM_SCOPE, -weight[scope[item.nodeid]]))
 
 
 _franky_sim = contextlib.ExitStack()

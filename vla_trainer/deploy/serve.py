@@ -352,9 +352,8 @@ def main(argv: list[str] | None = None) -> int:
         except KeyboardInterrupt:  # Ctrl-C while a large checkpoint loads
             print("interrupted while loading the checkpoint; nothing was served", file=sys.stderr)
             return 130
-        service = server.service
         host, port = server.server_address[:2]
-        print(f"serving {service.spec.model_dir} on {host}:{port} (Ctrl-C stops)", flush=True)
+        print(f"serving {server.service.spec.model_dir} on {host}:{port} (Ctrl-C stops)", flush=True)
         try:
             server.serve_forever()
         except KeyboardInterrupt:
