@@ -186,6 +186,18 @@ def _import_type(dotted: str, what: str) -> Any:
             f"workspace (it is not on PyPI), or configure the arm without it") from e
 
 
+def _succeeded(answer: Any) -> bool:
+    """Whether a command's final answer reports success: an action's result status (or a goal the
+    server refused), a service's ``success``."""
+    if hasattr(answer, "status"):
+        from action_msgs.msg import GoalStatus
+
+        return answer.status == GoalStatus.STATUS_SUCCEEDED
+    if hasattr(answer, "accepted"):
+        return bool(answer.accepted)
+    return bool(getattr(answer, "success", True))
+
+
 class RosArm(Arm):
     """A Franka arm and its gripper behind a ROS 2 stack. Move it only through a ``SafetyLayer``."""
 
@@ -203,6 +215,7 @@ class RosArm(Arm):
         self._pose: tuple[Any, float] | None = None
         self._gripper_call: dict[str, Any] = {}  # server name -> action or service client, once connected
         self._gripper_future: Any = None
+        self._gripper_closing = False  # what the command in _gripper_future asked for
         self._warned_settle = False  # one warning for steps that time out; the rest at debug level
 
     def __repr__(self) -> str:
@@ -263,16 +276,18 @@ class RosArm(Arm):
                 from trajectory_msgs.msg import JointTrajectory
 
                 self._trajectory_pub = node.create_publisher(JointTrajectory, c.joint_trajectory_topic, 10)
-            self._executor = SingleThreadedExecutor(context=self._context)
-            self._executor.add_node(node)
-            self._thread = threading.Thread(target=self._spin, name="ros-arm", daemon=True)
-            self._thread.start()
             self._gripper_call = self._gripper_clients(gripper_types)
             self._recovery = None
             if recovery_type is not None:
                 from rclpy.action import ActionClient
 
                 self._recovery = ActionClient(node, recovery_type, c.error_recovery_action)
+            # spin only once every entity exists: an action client created while the executor spins
+            # can be polled half-built, which ends the spin thread (the state then never arrives)
+            self._executor = SingleThreadedExecutor(context=self._context)
+            self._executor.add_node(node)
+            self._thread = threading.Thread(target=self._spin, name="ros-arm", daemon=True)
+            self._thread.start()
             self._wait_for_graph(deadline_s)
         except BaseException:
             self._shutdown()
@@ -281,8 +296,12 @@ class RosArm(Arm):
     def _spin(self) -> None:
         try:
             self._executor.spin()
-        except Exception:  # the context was shut down under it: disconnect() ends the thread this way
-            pass
+        except Exception:
+            # disconnect() ends the thread this way, shutting the context down under it; anything else
+            # leaves the arm without state (every read then fails as stale): say why
+            context = self._context
+            if context is not None and context.ok():
+                logger.exception("%s: its ROS executor stopped; no state arrives from now on", self)
 
     def _gripper_clients(self, types: list[Any]) -> Any:
         from rclpy.action import ActionClient
@@ -444,7 +463,7 @@ class RosArm(Arm):
             if result is None or not result.accepted:
                 return False
             outcome = self._await(result.get_result_async(), 10.0, "error recovery")
-            if outcome is None or outcome.status != 4:  # action_msgs/GoalStatus.STATUS_SUCCEEDED
+            if outcome is None or not _succeeded(outcome):
                 return False
         try:
             self.observation()
@@ -548,7 +567,7 @@ class RosArm(Arm):
         else:
             client = clients[f"{ns}/close"]
             future = client.call_async(client.srv_type.Request(data=bool(close)))
-        self._gripper_future = future
+        self._gripper_future, self._gripper_closing = future, close
         if c.wait_for_motion:
             self._wait_gripper()
 
@@ -557,8 +576,12 @@ class RosArm(Arm):
         if future is None:
             return
         answer = self._await(future, 10.0, "the gripper")
-        if answer is not None and hasattr(answer, "get_result_async"):  # an action: wait for its result too
-            self._await(answer.get_result_async(), 10.0, "the gripper")
+        if answer is not None and getattr(answer, "accepted", False):  # an action: wait for its result too
+            answer = self._await(answer.get_result_async(), 10.0, "the gripper")
+        # a grasp that closes on an object may report failure (franka_gripper's GripperCommand does, when
+        # the fingers stop wide of 0); an open that fails leaves the policy's "open" undone: say so
+        if answer is not None and not self._gripper_closing and not _succeeded(answer):
+            logger.warning("%s: the gripper did not open (%s)", self, answer)
 
     def _await(self, future: Any, timeout_s: float, what: str) -> Any:
         deadline_s = time.monotonic() + timeout_s

@@ -5,7 +5,7 @@
 # arguments go to pytest, e.g. `bash scripts/run_tests.sh -m "not slow"`.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-bash "$ROOT/scripts/setup.sh" maniskill,libero,dev,robot,ros
+bash "$ROOT/scripts/setup.sh" maniskill,libero,dev,robot,ros,ros-build
 cd "$ROOT"
 export HF_HUB_OFFLINE=1 PYTHONHASHSEED=0
 exec .venv/bin/python -m pytest -n "${VLA_TEST_WORKERS:-2}" --dist loadscope "$@"

@@ -98,8 +98,14 @@ setup_franky_sim() {
   echo "$FRANKY_SIM_SPEC" > "$stamp"
 }
 
+# The tests' franka_msgs / control_msgs (not on PyPI), built with the ros-build extra's tools.
+setup_ros_test_interfaces() {
+  case ",$EXTRAS," in *,ros-build,*) bash "$ROOT/scripts/build_ros_test_interfaces.sh" "$VENV" ;; esac
+}
+
 if installed_all; then
   setup_franky_sim
+  setup_ros_test_interfaces
   exit 0
 fi
 if [ ! -x "$VENV/bin/python" ]; then
@@ -115,4 +121,5 @@ log "installing the project with extras [$EXTRAS]"
 "${PIP[@]}" install -e "$ROOT[$EXTRAS]"
 echo "$WANT" >> "$STAMP"
 setup_franky_sim
+setup_ros_test_interfaces
 log "ready: $VENV"

@@ -126,6 +126,14 @@ def check_robot() -> list[Check]:
             continue
         ok, out = _probe(f"import {module}; print(getattr({module}, '__version__', 'importable'))", timeout_s=30)
         checks.append(Check(what, "ok" if ok else "missing", out, "" if ok else f"reinstall: pip install 'vla-rl[{extra}]'"))
+    if _installed("rclpy"):
+        # RosArm's default gripper and error recovery use franka_msgs, its gripper_command control_msgs:
+        # neither is on PyPI, a robot PC has them from its ROS workspace
+        found = {m: _installed(m) for m in ("franka_msgs", "control_msgs")}
+        checks.append(Check("ROS arm messages (franka_msgs, control_msgs)", "ok" if all(found.values()) else "absent",
+                            ", ".join(f"{m}: {'importable' if ok else 'not found'}" for m, ok in found.items()),
+                            "" if all(found.values()) else "source the robot PC's ROS workspace, or set the ROS arm's "
+                            "gripper: set_bool / none and error_recovery_action: ''"))
     if _installed("franky"):
         # where scripts/setup.sh puts it (the tests read the same variable)
         venv = os.environ.get("VLA_FRANKY_SIM_VENV") or Path(__file__).resolve().parents[1] / ".venv-franky-sim"

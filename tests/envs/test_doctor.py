@@ -49,3 +49,20 @@ def test_franky_sim_is_looked_for_where_the_setup_put_it(monkeypatch, tmp_path):
     (tmp_path / "bin").mkdir()
     (tmp_path / "bin" / "franky-sim").touch()
     assert franky_sim_row().status == "ok"
+
+
+def test_the_ros_arms_message_packages_are_reported_with_the_fix(monkeypatch):
+    pytest.importorskip("rclpy")
+    from vla_envs import doctor
+
+    def ros_messages_row():
+        (row,) = [c for c in doctor.check_robot() if c.name.startswith("ROS arm messages")]
+        return row
+
+    installed = doctor._installed
+    monkeypatch.setattr(doctor, "_installed", lambda m: installed(m) and m != "franka_msgs")  # a PC without them
+    row = ros_messages_row()
+    assert row.status == "absent" and "franka_msgs: not found" in row.detail
+    assert "source the robot PC's ROS workspace" in row.fix
+    monkeypatch.setattr(doctor, "_installed", lambda m: True if m.endswith("_msgs") else installed(m))
+    assert ros_messages_row().status == "ok"

@@ -11,7 +11,13 @@ service take, by driving franky-sim over the real libfranka protocol:
   ``/franka_robot_state_broadcaster/current_pose`` (the TCP from the measured joints), at ``--rate-hz``;
 - ``/cartesian_impedance_controller/target_pose`` -> an absolute franky ``CartesianMotion``;
 - ``/fr3_arm_controller/joint_trajectory`` -> a franky ``JointMotion`` to its last point;
-- ``/fr3_gripper/close`` (``std_srvs/SetBool``) -> grasp / open, answered when the fingers stop.
+- the gripper as franka_ros2's gripper node serves it: ``/fr3_gripper/grasp`` and ``/fr3_gripper/move``
+  (``franka_msgs`` actions), ``/fr3_gripper/gripper_action`` (``control_msgs/GripperCommand``: width =
+  2 x position, out of [0, max width] aborted, closing = a grasp that fails when it stops wide of
+  its target, as franka_gripper's); and ``/fr3_gripper/close`` (``std_srvs/SetBool``), a simpler one;
+- ``/action_server/error_recovery`` (``franka_msgs/ErrorRecovery``) -> franky's error recovery.
+
+``franka_msgs`` and ``control_msgs`` are the tests' builds (``ros_interfaces/``).
 
     python tests/robot/ros_franka_stack.py --host 127.0.0.5 [--relative-dynamics 0.5]
 
@@ -36,8 +42,8 @@ DOMAIN_ID = 30 + os.getpid() % 100  # a DDS domain of this test process, apart f
 
 
 def ros_arm_config(**overrides):
-    """The ``RosArmConfig`` of a robot PC running this stack: franka_ros2's default names (the config's
-    defaults), the ``set_bool`` gripper, no error recovery action (``franka_msgs`` is not on PyPI).
+    """The ``RosArmConfig`` of a robot PC running this stack: franka_ros2's default names, gripper and
+    error recovery action (the config's defaults).
 
     Steps wait up to 5 s to arrive (a robot's default is 1 s): on a machine whose cores the rest of
     the suite keeps busy, franky-sim and this stand-in fall behind real time, and a 5 cm step then took
@@ -45,8 +51,7 @@ def ros_arm_config(**overrides):
     as drift."""
     from real_robot.ros_arm import RosArmConfig
 
-    return RosArmConfig(**{"gripper": "set_bool", "error_recovery_action": "", "domain_id": DOMAIN_ID,
-                           "relative_dynamics_factor": 0.5, "connect_timeout_s": 30.0, "settle_timeout_s": 5.0,
+    return RosArmConfig(**{"domain_id": DOMAIN_ID, "relative_dynamics_factor": 0.5, "connect_timeout_s": 30.0, "settle_timeout_s": 5.0,
                            **overrides})
 
 
@@ -61,6 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     import numpy as np
     import rclpy
     from geometry_msgs.msg import PoseStamped
+    from control_msgs.action import GripperCommand
+    from franka_msgs.action import ErrorRecovery, Grasp, Move
+    from rclpy.action import ActionServer
     from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
     from rclpy.executors import MultiThreadedExecutor
     from sensor_msgs.msg import JointState
@@ -135,13 +143,59 @@ def main(argv: list[str] | None = None) -> int:
         last = msg.points[-1].positions
         move(franky.JointMotion(np.array([last[index[f"fr3_joint{i}"]] for i in range(1, 8)])))
 
-    def on_close(request, response):
-        future = (gripper.grasp_async(0.0, 0.05, 20.0, epsilon_inner=0.005, epsilon_outer=1.0) if request.data
-                  else gripper.open_async(0.05))
+    def finished(future) -> bool:
         while not future.wait(0.0):  # franky's blocking calls keep the GIL: poll, and let the state flow
             time.sleep(0.01)
-        response.success = bool(future.get())
+        try:
+            return bool(future.get())
+        except (franky.CommandException, franky.GripperException) as e:  # refused, e.g. a width it cannot reach
+            node.get_logger().warning(f"gripper: {e}")
+            return False
+
+    def on_close(request, response):
+        response.success = finished(gripper.grasp_async(0.0, 0.05, 20.0, epsilon_inner=0.005, epsilon_outer=1.0)
+                                    if request.data else gripper.open_async(0.05))
         return response
+
+    def franka_gripper_result(goal_handle, ok: bool, result):
+        goal_handle.succeed() if ok else goal_handle.abort()
+        return result
+
+    def on_grasp(goal_handle):
+        g = goal_handle.request
+        ok = finished(gripper.grasp_async(g.width, g.speed, g.force, epsilon_inner=g.epsilon.inner,
+                                          epsilon_outer=g.epsilon.outer))
+        return franka_gripper_result(goal_handle, ok, Grasp.Result(success=ok, error="" if ok else "grasp failed"))
+
+    def on_move(goal_handle):
+        ok = finished(gripper.move_async(goal_handle.request.width, goal_handle.request.speed))
+        return franka_gripper_result(goal_handle, ok, Move.Result(success=ok, error="" if ok else "move failed"))
+
+    def on_gripper_command(goal_handle):
+        command, width = goal_handle.request.command, float(gripper.width)
+        target = 2 * command.position  # position is one finger's
+        if not 0 <= target <= gripper.max_width:
+            ok = False
+        elif abs(target - width) < 1e-4:
+            ok = True
+        elif target >= width:
+            ok = finished(gripper.move_async(target, 0.1))
+        else:
+            ok = finished(gripper.grasp_async(target, 0.1, command.max_effort, epsilon_inner=0.005,
+                                              epsilon_outer=0.005))
+        return franka_gripper_result(goal_handle, ok, GripperCommand.Result(position=float(gripper.width),
+                                                                            reached_goal=ok))
+
+    def on_error_recovery(goal_handle):
+        with motion_lock:
+            try:
+                robot.recover_from_errors()
+            except franky.CommandException as e:
+                node.get_logger().warning(f"error recovery: {e}")
+                goal_handle.abort()
+                return ErrorRecovery.Result()
+        goal_handle.succeed()
+        return ErrorRecovery.Result()
 
     def _quat(T):
         from real_robot.transforms import matrix_to_quaternion_wxyz
@@ -155,9 +209,15 @@ def main(argv: list[str] | None = None) -> int:
                              callback_group=motions)
     node.create_subscription(JointTrajectory, "/fr3_arm_controller/joint_trajectory", on_trajectory, 10,
                              callback_group=motions)
-    node.create_service(SetBool, "/fr3_gripper/close", on_close, callback_group=MutuallyExclusiveCallbackGroup())
+    grippers = MutuallyExclusiveCallbackGroup()  # one gripper command at a time, as libfranka's gripper
+    node.create_service(SetBool, "/fr3_gripper/close", on_close, callback_group=grippers)
+    for action_type, name, execute in ((Grasp, "/fr3_gripper/grasp", on_grasp), (Move, "/fr3_gripper/move", on_move),
+                                       (GripperCommand, "/fr3_gripper/gripper_action", on_gripper_command)):
+        ActionServer(node, action_type, name, execute, callback_group=grippers)
+    ActionServer(node, ErrorRecovery, "/action_server/error_recovery", on_error_recovery,
+                 callback_group=MutuallyExclusiveCallbackGroup())
     node.create_timer(1.0 / args.rate_hz, publish_state, callback_group=MutuallyExclusiveCallbackGroup())
-    executor = MultiThreadedExecutor(num_threads=3)
+    executor = MultiThreadedExecutor(num_threads=4)
     executor.add_node(node)
     signal.signal(signal.SIGTERM, lambda *_: executor.shutdown(timeout_sec=0))
     print("serving", flush=True)

@@ -1,10 +1,13 @@
 """``RosArm`` over real rclpy against a franka_ros2-style stack on franky-sim (``ros_franka_stack.py``):
-state in, homing, stop, a frozen stack, a missing stack, message types that are not installed, and the
-config. Its parity with the twin is in ``test_franka_parity.py``."""
+state in, homing, stop, each gripper interface, error recovery, a frozen stack, a missing stack,
+message types that are not installed, and the config. Its parity with the twin is in
+``test_franka_parity.py``."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import sys
 import signal
 import threading
 import time
@@ -81,6 +84,65 @@ def test_stop_makes_the_measured_pose_the_target(stack):
         assert arm.observation().tcp_position_m[0] - end[0] == pytest.approx(0.02, abs=0.003)
 
 
+@pytest.mark.parametrize("gripper", ["franka_msgs", "gripper_command", "set_bool"])
+def test_each_gripper_interface_opens_and_closes_the_fingers(stack, gripper):
+    """franka_ros2's gripper actions (franka_msgs ``grasp`` / ``move``), a control_msgs ``GripperCommand``
+    server (one finger's position: half the width; a width past the hand's maximum is aborted) and a
+    ``SetBool`` service: the fingers measured after each command, closing on nothing and opening."""
+    limits = dataclasses.replace(LIMITS, gripper_min_interval_s=0.0)
+    with RosArm(ros_arm_config(gripper=gripper)) as arm, SafetyLayer(arm, limits) as layer:
+        layer.home()
+        widths = []
+        for g in (-1.0, 1.0, -1.0):  # open, close, open
+            sent = layer.send_action(np.array([0, 0, 0, 0, 0, 0, g]))
+            assert sent.gripper_changed
+            widths.append(arm.observation().gripper_width_m)
+    assert widths[0] > 0.07 and widths[1] < 0.01 and widths[2] > 0.07, widths
+
+
+def test_recover_calls_the_stacks_error_recovery_and_failures_are_reported(stack, caplog):
+    """``recover()`` sends franka_ros2's ``ErrorRecovery`` goal: the stack's (franky's error recovery)
+    succeeds. Servers that abort every goal (the test's own, beside the stack): ``recover()`` returns
+    False, and a gripper open that fails is warned about (a close may fail on an object; not warned)."""
+    from control_msgs.action import GripperCommand
+    from franka_msgs.action import ErrorRecovery
+    from rclpy.action import ActionServer
+
+    with RosArm(ros_arm_config()) as arm:
+        assert arm.recover()
+    context = rclpy.Context()
+    rclpy.init(args=[], context=context, domain_id=DOMAIN_ID,
+               signal_handler_options=rclpy.signals.SignalHandlerOptions.NO)
+    node = rclpy.create_node("failing_servers", context=context)
+    goals = []
+
+    def aborting(action_type):
+        def execute(goal_handle):
+            goals.append(type(goal_handle.request).__name__)
+            goal_handle.abort()
+            return action_type.Result()
+        return execute
+
+    ActionServer(node, ErrorRecovery, "/vla_test/failing_recovery", aborting(ErrorRecovery))
+    ActionServer(node, GripperCommand, "/vla_test/gripper_action", aborting(GripperCommand))
+    executor = rclpy.executors.SingleThreadedExecutor(context=context)
+    executor.add_node(node)
+    threading.Thread(target=executor.spin, daemon=True).start()
+    limits = dataclasses.replace(LIMITS, gripper_min_interval_s=0.0)
+    try:
+        with RosArm(ros_arm_config(error_recovery_action="/vla_test/failing_recovery", gripper="gripper_command",
+                                   gripper_namespace="/vla_test")) as arm, SafetyLayer(arm, limits) as layer:
+            assert not arm.recover()
+            layer.send_action(np.array([0, 0, 0, 0, 0, 0, 1.0]))  # close: its failure is not warned about
+            assert not any("did not open" in r.getMessage() for r in caplog.records)
+            layer.send_action(np.array([0, 0, 0, 0, 0, 0, -1.0]))
+            assert any("the gripper did not open" in r.getMessage() for r in caplog.records)
+    finally:
+        executor.shutdown(timeout_sec=1.0)
+        context.try_shutdown()
+    assert goals == ["ErrorRecovery_Goal", "GripperCommand_Goal", "GripperCommand_Goal"], goals
+
+
 def test_a_frozen_stack_stale_state_nothing_is_sent(stack):
     """The stack stops publishing (SIGSTOP): reading the state and stepping are refused, and nothing
     reaches the controller (a target queued meanwhile would move the arm once the stack runs again)."""
@@ -89,8 +151,8 @@ def test_a_frozen_stack_stale_state_nothing_is_sent(stack):
         stack.send_signal(signal.SIGSTOP)
         try:
             time.sleep(0.6)
-            with pytest.raises(StaleStateError, match="/joint_states"):
-                arm.observation()
+            with pytest.raises(StaleStateError, match="the robot's ROS stack stopped publishing"):
+                arm.observation()  # names the joints' or the pose's topic: whichever went quiet first
             with pytest.raises(StaleStateError):
                 layer.send_action(np.array([0.5, 0, 0, 0, 0, 0, -1.0]))
             arm.stop()  # nothing to hold on: logs, sends nothing
@@ -137,7 +199,7 @@ def test_a_step_ends_at_rest_only_once_the_tcp_came_nearer_its_target(drift_m, w
     executor.add_node(node)
     spinner = threading.Thread(target=executor.spin, daemon=True)
     spinner.start()
-    config = ros_arm_config(domain_id=domain, gripper="none", settle_timeout_s=0.8)
+    config = ros_arm_config(domain_id=domain, gripper="none", error_recovery_action="", settle_timeout_s=0.8)
     try:
         with RosArm(config) as arm, SafetyLayer(arm, LIMITS) as layer:
             started = time.monotonic()
@@ -164,11 +226,14 @@ def test_no_stack_is_named_with_its_topics():
 
 
 @pytest.mark.parametrize("overrides, missing", [
-    ({"gripper": "franka_msgs"}, "franka_msgs.action.Grasp"),
-    ({"gripper": "gripper_command"}, "control_msgs.action.GripperCommand"),
-    ({"error_recovery_action": "/action_server/error_recovery"}, "franka_msgs.action.ErrorRecovery"),
+    ({"gripper": "franka_msgs", "error_recovery_action": ""}, "franka_msgs.action.Grasp"),
+    ({"gripper": "gripper_command", "error_recovery_action": ""}, "control_msgs.action.GripperCommand"),
+    ({"gripper": "none"}, "franka_msgs.action.ErrorRecovery"),
 ])
-def test_message_types_not_installed_are_named_before_any_wait(overrides, missing):
+def test_message_types_not_installed_are_named_before_any_wait(overrides, missing, monkeypatch):
+    """As on a robot PC whose ROS workspace is not sourced: the tests' builds of the packages hidden."""
+    for module in ("franka_msgs", "franka_msgs.action", "control_msgs", "control_msgs.action"):
+        monkeypatch.setitem(sys.modules, module, None)  # importing it raises ImportError
     arm = RosArm(ros_arm_config(connect_timeout_s=30.0, **overrides))
     started = time.monotonic()
     with pytest.raises(RealRobotError, match=missing.replace(".", r"\.")) as e:

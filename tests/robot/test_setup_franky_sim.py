@@ -57,7 +57,25 @@ def test_without_the_robot_extra_the_franky_sim_venv_is_left_alone(tmp_path):
 
 
 def test_the_test_command_asks_for_the_robot_and_ros_extras():
-    assert 'setup.sh" maniskill,libero,dev,robot,ros\n' in (ROOT / "scripts" / "run_tests.sh").read_text()
+    assert 'setup.sh" maniskill,libero,dev,robot,ros,ros-build\n' in (ROOT / "scripts" / "run_tests.sh").read_text()
+
+
+def test_the_ros_test_interfaces_are_built_once_per_definition(tmp_path):
+    """The build is skipped while the venv's stamp holds the definitions' hash (here: the suite's own
+    venv's stamp, made by this checkout's setup), and run again once a definition changes."""
+    stamp_file = ROOT / ".venv" / ".vla-ros-interfaces-stamp"
+    if not stamp_file.exists():
+        pytest.skip("this checkout's venv was set up without the ros-build extra")
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to("/bin/false")  # any build step would fail
+    (venv / ".vla-ros-interfaces-stamp").write_text(stamp_file.read_text())
+    build = ["bash", str(ROOT / "scripts" / "build_ros_test_interfaces.sh"), str(venv)]
+    done = subprocess.run(build, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    (venv / ".vla-ros-interfaces-stamp").write_text("0000000000000000\n")  # built from other definitions
+    again = subprocess.run(build, capture_output=True, text=True, timeout=60)
+    assert again.returncode != 0 and "Python.h" in again.stderr, again.stderr  # it tried: the python fails
 
 
 def test_the_franky_sim_venv_is_git_ignored():
