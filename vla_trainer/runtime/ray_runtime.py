@@ -32,6 +32,8 @@ stays equal to one without it. An actor worker's death, or any worker's Python e
 from __future__ import annotations
 
 import os
+import signal
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -80,6 +82,18 @@ class RayRuntime:
     def _start_ray(self, ray) -> None:
         if ray.is_initialized():
             return
+        # ray.init puts two SIGTERM handlers of its own in place: a Python one (sys.exit) and, under it,
+        # the core worker's crash handler, which aborts the driver (exit -6, nothing closed). A handler
+        # the caller set (vla-train's: stop like Ctrl-C, say how to resume) is put back after it.
+        on_main_thread = threading.current_thread() is threading.main_thread()
+        callers_sigterm = signal.getsignal(signal.SIGTERM) if on_main_thread else None
+        try:
+            self._init_ray(ray)
+        finally:
+            if callers_sigterm not in (None, signal.SIG_DFL):
+                signal.signal(signal.SIGTERM, callers_sigterm)
+
+    def _init_ray(self, ray) -> None:
         address = self.cfg.cluster.ray_address or os.environ.get("RAY_ADDRESS")
         if address:
             ray.init(address=address, logging_level="WARNING", log_to_driver=True)
