@@ -51,8 +51,8 @@ def ros_arm_config(**overrides):
     as drift."""
     from real_robot.ros_arm import RosArmConfig
 
-    return RosArmConfig(**{"domain_id": DOMAIN_ID, "relative_dynamics_factor": 0.5, "connect_timeout_s": 30.0, "settle_timeout_s": 5.0,
-                           **overrides})
+    return RosArmConfig(**{"domain_id": DOMAIN_ID, "relative_dynamics_factor": 0.5, "connect_timeout_s": 30.0,
+                           "settle_timeout_s": 5.0, **overrides})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,9 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     import franky
     import numpy as np
     import rclpy
-    from geometry_msgs.msg import PoseStamped
     from control_msgs.action import GripperCommand
     from franka_msgs.action import ErrorRecovery, Grasp, Move
+    from geometry_msgs.msg import PoseStamped
     from rclpy.action import ActionServer
     from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
     from rclpy.executors import MultiThreadedExecutor
@@ -158,7 +158,10 @@ def main(argv: list[str] | None = None) -> int:
         return response
 
     def franka_gripper_result(goal_handle, ok: bool, result):
-        goal_handle.succeed() if ok else goal_handle.abort()
+        if ok:
+            goal_handle.succeed()
+        else:
+            goal_handle.abort()
         return result
 
     def on_grasp(goal_handle):
