@@ -23,7 +23,7 @@ for tool in cmake make cc c++; do command -v "$tool" >/dev/null 2>&1 || missing+
 if [ "${#missing[@]}" -gt 0 ]; then
   if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
     log "installing cmake and a C++ compiler (apt) for: ${missing[*]}"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y cmake g++ make >"$ROOT/.setup-apt.log" 2>&1 \
+    { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y cmake g++ make; } >"$ROOT/.setup-apt.log" 2>&1 \
       || { cat "$ROOT/.setup-apt.log" >&2; log "apt failed (log above)"; exit 1; }
   else
     log "building the test ROS interfaces needs ${missing[*]}: install cmake, g++ and make (Debian: apt-get install cmake g++ make)"
