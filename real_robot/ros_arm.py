@@ -187,14 +187,12 @@ def _import_type(dotted: str, what: str) -> Any:
 
 
 def _succeeded(answer: Any) -> bool:
-    """Whether a command's final answer reports success: an action's result status (or a goal the
-    server refused), a service's ``success``."""
+    """Whether a command's final answer reports success: an action's status (a refused goal's handle
+    has status unknown), a service's ``success``."""
     if hasattr(answer, "status"):
         from action_msgs.msg import GoalStatus
 
         return answer.status == GoalStatus.STATUS_SUCCEEDED
-    if hasattr(answer, "accepted"):
-        return bool(answer.accepted)
     return bool(getattr(answer, "success", True))
 
 
@@ -459,11 +457,8 @@ class RosArm(Arm):
 
         if self._recovery is not None:
             goal = self._recovery._action_type.Goal()
-            result = self._await(self._recovery.send_goal_async(goal), 10.0, "error recovery")
-            if result is None or not result.accepted:
-                return False
-            outcome = self._await(result.get_result_async(), 10.0, "error recovery")
-            if outcome is None or not _succeeded(outcome):
+            answer = self._final_answer(self._recovery.send_goal_async(goal), "error recovery")
+            if answer is None or not _succeeded(answer):
                 return False
         try:
             self.observation()
@@ -575,13 +570,19 @@ class RosArm(Arm):
         future, self._gripper_future = self._gripper_future, None
         if future is None:
             return
-        answer = self._await(future, 10.0, "the gripper")
-        if answer is not None and getattr(answer, "accepted", False):  # an action: wait for its result too
-            answer = self._await(answer.get_result_async(), 10.0, "the gripper")
+        answer = self._final_answer(future, "the gripper")
         # a grasp that closes on an object may report failure (franka_gripper's GripperCommand does, when
         # the fingers stop wide of 0); an open that fails leaves the policy's "open" undone: say so
         if answer is not None and not self._gripper_closing and not _succeeded(answer):
             logger.warning("%s: the gripper did not open (%s)", self, answer)
+
+    def _final_answer(self, future: Any, what: str) -> Any:
+        """A service's response, or an action's result once its goal was accepted (the goal response
+        when refused); None when either does not come within 10 s."""
+        answer = self._await(future, 10.0, what)
+        if answer is not None and getattr(answer, "accepted", False):
+            answer = self._await(answer.get_result_async(), 10.0, what)
+        return answer
 
     def _await(self, future: Any, timeout_s: float, what: str) -> Any:
         deadline_s = time.monotonic() + timeout_s
