@@ -14,6 +14,7 @@ import argparse
 import json
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 from vla_envs.arguments import json_object, positive_float, positive_int
@@ -216,7 +217,12 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM, handled like Ctrl-C."""
 
 
+_sigterm_received = threading.Event()
+"""Set by the handler: inside ``ray.get`` Ray turns any signal's exception into a plain KeyboardInterrupt."""
+
+
 def _terminated(signum, frame) -> None:
+    _sigterm_received.set()
     raise Terminated()
 
 
@@ -249,6 +255,7 @@ def cmd_rl(args: argparse.Namespace) -> int:
 
     # A scheduler's SIGTERM (preemption, scancel) stops the run as Ctrl-C does: envs, workers and
     # Ray closed, the last whole checkpoint kept. Without this, Python dies at once and skips all that.
+    _sigterm_received.clear()
     previous = signal.signal(signal.SIGTERM, _terminated)
     try:
         result = train(cfg, run_dir=args.run_dir)
@@ -256,9 +263,10 @@ def cmd_rl(args: argparse.Namespace) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as e:
-        print(f"{'terminated' if isinstance(e, Terminated) else 'interrupted'}: envs and workers closed; resume "
+        terminated = isinstance(e, Terminated) or _sigterm_received.is_set()
+        print(f"{'terminated' if terminated else 'interrupted'}: envs and workers closed; resume "
               "with runner.resume_dir=auto (same --run-dir) from the last checkpoint", file=sys.stderr)
-        return 143 if isinstance(e, Terminated) else 130
+        return 143 if terminated else 130
     except CheckpointWriteError as e:
         print(f"error: training stopped: {e.strerror}", file=sys.stderr)
         return 1

@@ -385,14 +385,19 @@ class RayRuntime:
             except Exception:  # noqa: BLE001
                 pass
         self.actors = []
+        if self.owns_ray:
+            # The placement groups go with the Ray started here. Removing them first would ask its GCS,
+            # which a SIGTERM to the whole process group (a scheduler's, `kill -TERM -PGID`) has
+            # already ended: Ray then waits 60 s for it and ends the trainer with exit 1.
+            self.pgs = []
+            ray.shutdown()
+            self.owns_ray = False
+            return
         from ray.util.placement_group import remove_placement_group
 
-        for pg in self.pgs:
+        for pg in self.pgs:  # a cluster we joined outlives the run: give back what it lent
             try:
                 remove_placement_group(pg)
             except Exception:  # noqa: BLE001
                 pass
         self.pgs = []
-        if self.owns_ray:
-            ray.shutdown()
-            self.owns_ray = False
