@@ -76,6 +76,30 @@ def test_gradient_accumulation_equals_one_big_batch(logprob_type):
         torch.testing.assert_close(results[0][k], results[1][k], rtol=1e-4, atol=1e-6)
 
 
+def test_logged_entropy_and_kl_are_token_means_whatever_the_micro_batch():
+    """``actor/entropy`` and ``actor/kl_ref`` are means over the global batch's tokens: one micro-batch
+    of 4, two of 2 or four of 1 log the same numbers (the loss terms are shares of the global batch;
+    the metrics must not be scaled down a second time)."""
+    metrics = []
+    for micro in (4, 2, 1):
+        cfg = _cfg("actor.global_batch_size=4", f"actor.micro_batch_size={micro}", "algorithm.kl_beta=0.1")
+        policy, rollout = _setup(cfg)
+        ref = copy.deepcopy(policy)
+        with torch.no_grad():
+            for p in ref.model.parameters():
+                p.add_(0.05 * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())))
+        targets = compute_targets(rollout, cfg.algorithm)
+        opt, params = make_optimizer(policy, cfg)
+        metrics.append(update_policy(policy, opt, params, rollout, targets, cfg, 0,
+                                     torch.Generator().manual_seed(0), ref_policy=ref))
+    n_bins = policy.model.config.n_action_bins
+    assert 0.5 < metrics[0]["actor/entropy"] <= np.log(n_bins) + 1e-4  # a tiny random policy: near uniform
+    assert metrics[0]["actor/kl_ref"] > 1e-4
+    for m in metrics[1:]:
+        for key in ("actor/entropy", "actor/kl_ref", "actor/approx_kl", "actor/clipfrac", "critic/value_clipfrac"):
+            assert m[key] == pytest.approx(metrics[0][key], rel=1e-3, abs=1e-6), key
+
+
 def test_critic_warmup_trains_only_the_value_head():
     cfg = _cfg("actor.global_batch_size=4", "actor.micro_batch_size=2", "actor.optim.critic_warmup_steps=1")
     policy, rollout = _setup(cfg)

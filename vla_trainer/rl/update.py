@@ -156,6 +156,13 @@ def update_policy(policy: VLAPolicy, optimizer: torch.optim.Optimizer, params: l
             work = batch if contributes is None else batch[contributes[batch]]
             if len(work) == 0 and not clone:
                 continue  # a zero gradient: an optimizer step would only replay Adam's momentum
+            # Logged metrics are means over the entries trained on (log-prob entries, tokens, values), summed
+            # from micro-batch shares. Entropy and KL values are already shares of the global batch's
+            # token count (their loss's denominator), so they are rescaled to the tokens trained on.
+            wt, wn, _, w_mask, _, w_tokens = _batch_fields(rollout, targets, work, alg.logprob_type)
+            n_entries = max(float(w_mask.sum()), 1e-8)
+            n_values = max(float(targets.mask[wt, wn].sum()), 1e-8)
+            tok_share = denom_tok / max(float(w_tokens.sum()), 1e-8)
             optimizer.zero_grad(set_to_none=True)
             bad = None
             for m0 in range(rank * M, len(work), M * world_size):
@@ -174,11 +181,11 @@ def update_policy(policy: VLAPolicy, optimizer: torch.optim.Optimizer, params: l
                                          clip_high=alg.clip_ratio_high, weights=weights, denominator=denom_pi)
                     ent = entropy_bonus(ev.entropy, token_mask, coef=alg.entropy_bonus, denominator=denom_tok)
                     loss = loss + pl.loss + ent.loss
-                    scale = len(idx) / len(work)  # per micro-batch means, weighted to the samples trained on
-                    logs["actor/clipfrac"].append(float(pl.clipfrac) * scale)
-                    logs["actor/approx_kl"].append(float(pl.approx_kl) * scale)
+                    share = float(mask.sum()) / n_entries  # clipfrac, approx_kl: this micro-batch's mean
+                    logs["actor/clipfrac"].append(float(pl.clipfrac) * share)
+                    logs["actor/approx_kl"].append(float(pl.approx_kl) * share)
                     logs["actor/ratio_max"].append(float(pl.ratio_max))
-                    logs["actor/entropy"].append(float(ent.value) * scale)
+                    logs["actor/entropy"].append(float(ent.value) * tok_share)
                     logs["actor/policy_loss"].append(pl.loss.item())
                     if alg.kl_beta > 0 and ref_policy is not None:
                         with torch.no_grad():
@@ -187,14 +194,14 @@ def update_policy(policy: VLAPolicy, optimizer: torch.optim.Optimizer, params: l
                         kl = kl_penalty(ev.log_probs, ref.log_probs, token_mask, coef=alg.kl_beta,
                                         denominator=denom_tok)
                         loss = loss + kl.loss
-                        logs["actor/kl_ref"].append(float(kl.value) * scale)
+                        logs["actor/kl_ref"].append(float(kl.value) * tok_share)
                 if use_critic:
                     v = align_values(ev.values.float(), alg.reward_type, C)
                     vl = value_loss(v, targets.old_values[t, n], targets.returns[t, n], targets.mask[t, n],
                                     clip=alg.value_clip, huber_delta=alg.huber_delta, denominator=denom_v)
                     loss = loss + alg.value_loss_coef * vl.loss
                     logs["critic/value_loss"].append(vl.loss.item())
-                    logs["critic/value_clipfrac"].append(float(vl.clipfrac) * len(idx) / len(work))
+                    logs["critic/value_clipfrac"].append(float(vl.clipfrac) * float(targets.mask[t, n].sum()) / n_values)
                 if not torch.isfinite(loss):
                     bad = (f"the loss became {float(loss.detach())} at iteration {iteration} (policy/value terms: "
                            f"{ {k: v[-1] for k, v in logs.items() if v} }); no optimizer step was taken")
