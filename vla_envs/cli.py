@@ -143,6 +143,9 @@ def run_episodes(args: argparse.Namespace, recorder_folder: Path | None = None) 
         step_s = time.perf_counter() - t1
     finally:
         env.close()
+    if args.episodes:
+        # envs finishing in the same chunk are listed by index; the extra ones are dropped
+        episodes = episodes[:args.episodes]
     mean = lambda k: float(np.mean([e[k] for e in episodes])) if episodes else None  # noqa: E731
     return {
         "env_id": args.env_id, "policy": args.policy, "num_envs": args.num_envs,
@@ -150,7 +153,7 @@ def run_episodes(args: argparse.Namespace, recorder_folder: Path | None = None) 
         "env_steps_per_s": frames / step_s, "make_and_reset_s": make_s, "episodes": len(episodes),
         "success_once": mean("success_once"), "success_at_end": mean("success_at_end"),
         **{f"{flag}_once": mean(f"{flag}_once") for flag in getattr(base, "progress_flags", ())},
-        "return": mean("return"), "video": str(args.video) if args.video else None,
+        "return": mean("return"), "length": mean("length"), "video": str(args.video) if args.video else None,
         **({"demos_kept": kept, "demo_folder": str(recorder_folder)} if recorder_folder else {}),
     }
 
@@ -179,17 +182,23 @@ def cmd_eval_ood(args: argparse.Namespace) -> int:
 
     from vla_envs.tasks.put_on_plate.variants import VARIANTS, ood_table
 
+    # Every episode runs to the time limit: success_at_end then differs from success_once (an episode
+    # ending at its first success has both equal), and all envs finish together, so the first
+    # ``--episodes`` are not the short ones (stopping at the first N episodes to end would favour the
+    # quick successes whenever num_envs > 1).
+    env_kwargs = {"ignore_terminations": True, **args.env_kwargs}
     rows = []
     for env_id, variant in VARIANTS.items():
         a = copy.copy(args)
-        a.env_id, a.video, a.steps = env_id, None, 10**9
+        a.env_id, a.video, a.steps, a.env_kwargs = env_id, None, 10**9, env_kwargs
         summary = run_episodes(a)
         rows.append({"env_id": env_id, "category": variant.category, "episodes": summary["episodes"],
                      "success_once": summary["success_once"], "success_at_end": summary["success_at_end"],
                      **({"grasped_once": summary["grasped_once"]} if "grasped_once" in summary else {}),
                      "asset_pack": summary["asset_pack"]})
+    ends = "at the time limit" if env_kwargs["ignore_terminations"] else "at the first success or the time limit"
     averages, table = ood_table(rows, f"policy: {args.policy}; asset pack: {rows[0]['asset_pack']}; "
-                                      f"{args.episodes} episodes per variant")
+                                      f"{args.episodes} episodes per variant, each ending {ends}")
     print(table)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "ood_eval.md").write_text(table + "\n")

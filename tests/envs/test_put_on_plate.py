@@ -1044,3 +1044,29 @@ def test_a_seed_gives_the_same_pixels_after_other_episodes_as_in_a_new_env(asset
         env.close()
     np.testing.assert_array_equal(states, states_new)
     assert (frames != frames_new).sum() == 0
+
+
+@pytest.mark.slow
+@pytest.mark.maniskill
+def test_eval_ood_runs_every_episode_to_the_time_limit_and_counts_exactly_the_episodes_asked(
+        asset_root, monkeypatch, tmp_path):
+    """``vla-envs eval-ood``: with terminations on, success_at_end would equal success_once, and the first
+    N episodes to end across parallel envs would over-sample quick successes. Every episode runs to
+    the time limit instead, and exactly ``--episodes`` are counted."""
+    import vla_envs.cli as cli
+    from vla_envs.tasks.put_on_plate import variants
+
+    monkeypatch.setenv("VLA_ENVS_ASSET_DIR", str(asset_root))
+    monkeypatch.setattr(variants, "VARIANTS", {k: v for k, v in variants.VARIANTS.items() if k == "PutOnPlateInScene25Main-v3"})
+    summaries = []
+    run = cli.run_episodes
+    monkeypatch.setattr(cli, "run_episodes", lambda a: summaries.append(run(a)) or summaries[-1])
+    out = tmp_path / "ood"
+    assert cli.main(["eval-ood", "--policy", "expert", "--episodes", "3", "--num-envs", "2", "--image-size", "32",
+                     "--env-kwargs", '{"low_poly": true, "sim_freq": 100, "vectorization": "serial"}',
+                     "--out", str(out)]) == 0
+    (row,) = json.loads((out / "ood_eval.json").read_text())["rows"]
+    assert row["episodes"] == 3 and summaries[0]["episodes"] == 3  # 4 ended together; 3 counted
+    assert summaries[0]["length"] == 80  # not cut at the first success
+    assert row["success_once"] > 0  # the expert solves some in 3 episodes
+    assert "each ending at the time limit" in (out / "ood_eval.md").read_text()
