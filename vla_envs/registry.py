@@ -51,7 +51,7 @@ class TaskSpec:
 
     @property
     def training_only(self) -> dict[str, str]:
-        """Options an evaluation refuses when set (to anything truthy), each with why."""
+        """Options an evaluation refuses when set to anything but their default, each with why."""
         return self.options.training_only() if self.options else {}
 
     def check_kwargs(self, kwargs: dict[str, Any], *, evaluation: bool = False, where: str = "") -> None:
@@ -60,7 +60,7 @@ class TaskSpec:
         loader calls before anything is built."""
         if evaluation:
             for name, why in self.training_only.items():
-                if kwargs.get(name):
+                if name in kwargs and not self.options.is_default(name, kwargs[name]):
                     raise ValueError(f"{where}{name} {why}: for training only, never for evaluation")
         if self.options is not None:
             self.options.split(kwargs, where=where)

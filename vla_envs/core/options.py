@@ -2,8 +2,8 @@
 
 A task declares its options as a frozen dataclass deriving from ``TaskOptions``, one docstring per
 field and the checks in ``__post_init__``, so a bad value fails before any simulator starts, naming
-the option and what is allowed. An option marked ``training_only(...)`` is refused by the registry
-when the env is made for evaluation (``gym.make(..., evaluation=True)``).
+the option and what is allowed. An option marked ``training_only(...)`` is refused by the registry,
+unless it keeps its default, when the env is made for evaluation (``gym.make(..., evaluation=True)``).
 
 ``TaskOptions.split`` separates a task's options from the contract's (``ChunkVectorEnv``'s) and
 refuses anything that is neither, with close matches: a typo is an error, not a silently ignored
@@ -21,8 +21,8 @@ TRAINING_ONLY = "training_only"
 
 
 def training_only(why: str, **kwargs: Any):
-    """A dataclass field an evaluation refuses when set (to anything truthy); ``why`` says what it
-    changes, for the error."""
+    """A dataclass field an evaluation refuses when set to anything but its default (which is what
+    evaluations run with); ``why`` says what it changes, for the error."""
     return field(metadata={TRAINING_ONLY: why}, **kwargs)
 
 
@@ -49,6 +49,12 @@ class TaskOptions:
     def training_only(cls) -> dict[str, str]:
         """Each training-only option with what it changes."""
         return {f.name: f.metadata[TRAINING_ONLY] for f in fields(cls) if TRAINING_ONLY in f.metadata}
+
+    @classmethod
+    def is_default(cls, name: str, value: Any) -> bool:
+        """Whether ``value`` is option ``name``'s default (a list as its tuple, as YAML gives it)."""
+        default = next(f.default for f in fields(cls) if f.name == name)
+        return (tuple(value) if isinstance(value, list) else value) == default
 
     @classmethod
     def split(cls, kwargs: dict[str, Any], where: str = ""):

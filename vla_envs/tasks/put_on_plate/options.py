@@ -2,7 +2,7 @@
 
 Each is checked when the options are made, before any simulator starts. The training-only ones
 (``training_only``) change what the policy is measured on; ``gym.make(..., evaluation=True)``
-refuses them.
+refuses them unless they keep their defaults.
 """
 
 from __future__ import annotations
