@@ -236,7 +236,9 @@ class PutOnPlateInScene25Env(BaseEnv):
         # differently after each episode's history, and their shadows moved pixels of the same
         # seed's view (a used env rendered the same reset unlike a new one)
         self._sleep_parked()
-        self._settle(0.5)
+        # 0.1 s of physics, as the reference: its settle is written ``0.5`` but divided by the
+        # control rate (5 Hz), so it runs sim_freq * 0.1 steps; the initial states stay its own
+        self._settle(0.1)
         self._record_bboxes(idx)
         self.grasp_streak[idx] = 0
         self.ever_grasped[idx] = False
@@ -311,9 +313,10 @@ class PutOnPlateInScene25Env(BaseEnv):
                 body.put_to_sleep()
 
     def _settle(self, seconds: float) -> None:
+        """Steps the physics ``seconds`` with no control (objects come to rest on the table)."""
         if self.gpu_sim_enabled:
             self.scene._gpu_apply_all()
-        for _ in range(int(self.sim_freq * seconds / self.control_freq)):
+        for _ in range(int(self.sim_freq * seconds + 1e-9)):
             self.scene.step()
         if self.gpu_sim_enabled:
             self.scene._gpu_fetch_all()
