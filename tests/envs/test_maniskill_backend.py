@@ -27,7 +27,12 @@ def test_make_returns_contract_with_documented_obs(env):
     assert isinstance(env, ChunkVectorEnv)
     obs, info = env.reset(seed=0)
     assert obs["image"].shape == (N, 64, 64, 3) and obs["image"].dtype == np.uint8
-    assert obs["state"].shape == (N, 16) and obs["state"].dtype == np.float32
+    # qpos 9, TCP pose 7, then the goal: the cameras do not show PickCube's target
+    assert obs["state"].shape == (N, 19) and obs["state"].dtype == np.float32
+    goal = obs["state"][:, 16:]  # PickCube draws it within 10 cm of the table's centre, up to 30 cm high
+    assert (np.abs(goal[:, :2]) <= 0.1 + 1e-6).all() and ((goal[:, 2] >= 0) & (goal[:, 2] <= 0.35)).all()
+    other, _ = env.reset(seed=1)
+    assert not np.allclose(other["state"][:, 16:], goal)  # a new episode, a new goal
     assert obs["instruction"] == ("pick up the red cube and move it to the green target",) * N
     assert env.observation_space.contains(obs)
     assert obs["image"].std() > 5  # a rendered scene, not a blank buffer
@@ -134,7 +139,9 @@ def test_the_batched_in_process_backend_runs_on_cpu_physics():
         assert not env.skip_finished_actions  # the batch steps every env at once
         obs, info = env.reset(seed=3)
         assert obs["image"].shape == (1, 64, 64, 3) and obs["image"].dtype == np.uint8 and obs["image"].std() > 5
-        assert obs["state"].shape == (1, 16) and obs["state"].dtype == np.float32
+        assert obs["state"].shape == (1, 19) and obs["state"].dtype == np.float32
+        goal = backend._env.unwrapped.goal_site.pose.p  # the state ends with the target the cameras hide
+        np.testing.assert_allclose(obs["state"][0, 16:], goal[0].cpu().numpy(), atol=1e-6)
         again, _ = env.reset(options={"state_ids": info["state_id"]})
         np.testing.assert_array_equal(again["image"], obs["image"])  # a partial reset to the same id
         out = env.chunk_step(np.zeros((1, 4, 7), np.float32))

@@ -150,13 +150,16 @@ def progress_values(info: dict[str, Any], flags: tuple[str, ...]) -> dict[str, n
 
 def convert_obs(raw: dict[str, Any]) -> dict[str, np.ndarray]:
     """ManiSkill's batched rgb observation -> ``image`` uint8 [B, H, W, 3] and
-    ``state`` float32 [B, S] = (robot qpos, TCP pose as xyz + wxyz quaternion)."""
+    ``state`` float32 [B, S] = (robot qpos, TCP pose as xyz + wxyz quaternion, then the goal
+    position where the task gives one in rgb mode: PickCube's target, which its cameras do not show)."""
     cameras = raw["sensor_data"]
     first = next(iter(cameras))
     image = to_numpy(cameras[first]["rgb"])[..., :3].astype(np.uint8, copy=False)
     parts = [to_numpy(raw["agent"]["qpos"])]
-    if "tcp_pose" in raw.get("extra", {}):
-        parts.append(to_numpy(raw["extra"]["tcp_pose"]))
+    extra = raw.get("extra", {})
+    for key in ("tcp_pose", "goal_pos"):  # without goal_pos a PickCube policy could not know where to go
+        if key in extra:
+            parts.append(to_numpy(extra[key]))
     state = np.concatenate(parts, axis=-1).astype(np.float32, copy=False)
     return {"image": image, "state": state}
 
