@@ -151,7 +151,8 @@ def progress_values(info: dict[str, Any], flags: tuple[str, ...]) -> dict[str, n
 def convert_obs(raw: dict[str, Any]) -> dict[str, np.ndarray]:
     """ManiSkill's batched rgb observation -> ``image`` uint8 [B, H, W, 3] and
     ``state`` float32 [B, S] = (robot qpos, TCP pose as xyz + wxyz quaternion, then the goal
-    position where the task gives one in rgb mode: PickCube's target, which its cameras do not show)."""
+    position where the task's rgb observation has one: PickCube's target, which its cameras do not
+    show, and PullCube's)."""
     cameras = raw["sensor_data"]
     first = next(iter(cameras))
     image = to_numpy(cameras[first]["rgb"])[..., :3].astype(np.uint8, copy=False)
