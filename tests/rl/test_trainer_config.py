@@ -585,6 +585,14 @@ def test_expert_starts_are_for_training_only():
         make_env(cfg.env.train, 64, evaluation=True)  # vla-eval --env-kwargs goes this way
 
 
+def test_a_kl_penalty_under_top_k_sampling_is_refused_when_loaded():
+    """With top-k, a sampled token outside the reference's top-k has log-prob -inf there: the k3
+    estimate would be NaN and stop the run at its first update, so the recipe is refused at once."""
+    msg = config_error("maniskill_grpo_openvlaoft", [MODEL_PATH, "algorithm.kl_beta=0.01"])
+    assert "algorithm.kl_beta" in msg and "top_k=0" in msg
+    paper("maniskill_grpo_openvlaoft", "algorithm.kl_beta=0.01", "algorithm.sampling_params.top_k=0")
+
+
 def test_success_rate_filter_takes_both_bounds_or_neither():
     assert load_config("cpu_grpo_tiny_put_on_plate", ["algorithm.success_rate_filter=true"]).algorithm.filter_low is None
     msg = config_error("cpu_grpo_tiny_put_on_plate", ["algorithm.success_rate_filter=true", "algorithm.filter_low=0.5"])

@@ -150,8 +150,10 @@ def ppo_policy_loss(
     loss = masked_mean(torch.maximum(pg_loss1, pg_loss2), mask, weights, denominator)
 
     with torch.no_grad():
-        # low-variance KL(old || new) estimator: http://joschu.net/blog/kl-approx.html
-        approx_kl = masked_mean((ratio - 1.0) - log_ratio, mask)
+        # low-variance KL(old || new) estimator: http://joschu.net/blog/kl-approx.html. A token that
+        # left the new policy's top-k (sampling_params.top_k) has log-prob -inf, ratio 0 and no
+        # gradient; its KL term would be inf, so it is left out here (ratio_min shows it as 0)
+        approx_kl = masked_mean((ratio - 1.0) - log_ratio, mask & torch.isfinite(log_ratio))
         outside = (ratio < 1.0 - clip_low) | (ratio > 1.0 + clip_high)
         clipfrac = masked_mean(outside.to(ratio.dtype), mask)
         ratio_mean = masked_mean(ratio, mask)

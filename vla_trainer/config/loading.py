@@ -261,6 +261,10 @@ def validate(cfg: TrainConfig) -> None:
     for key in ("temperature_train", "temperature_eval"):
         _check(getattr(sp, key) > 0, f"algorithm.sampling_params.{key}", f"must be > 0, got {getattr(sp, key)}")
     _check(sp.top_k >= 0, "algorithm.sampling_params.top_k", f"must be >= 0 (0: off), got {sp.top_k}")
+    _check(alg.kl_beta == 0 or sp.top_k == 0, "algorithm.kl_beta",
+           f"a KL penalty ({alg.kl_beta}) needs algorithm.sampling_params.top_k=0 (got {sp.top_k}): under "
+           "top-k, a sampled token outside the reference policy's top-k has log-prob -inf there and the "
+           "KL estimate is not finite")
 
     train, ev = cfg.env.train, cfg.env.eval
     for split, env in (("train", train), ("eval", ev)):

@@ -77,7 +77,10 @@ class SamplingParams:
     temperature_train: float = 1.0
     temperature_eval: float = 0.6
     top_k: int = 0
-    """0: no top-k truncation (the reference's convention)."""
+    """0: no top-k truncation (the reference's convention). Else the rollout samples from the top-k
+    and the update's log-probs are taken under the same truncation, as the reference does: a token
+    that leaves the top-k after an optimizer step has ratio 0 and no gradient (``actor/ratio_min``
+    0; left out of ``actor/approx_kl``). Not with ``kl_beta`` > 0."""
 
 
 @dataclass
