@@ -498,6 +498,32 @@ def test_grasp_is_reported_per_step_and_per_episode(sim_env):
     assert not info["episode"]["grasped_once"][0] and not info["episode"]["success_once"][0]
 
 
+@pytest.mark.slow
+@pytest.mark.maniskill
+def test_evaluate_counts_each_control_step_once(sim_env):
+    """ManiSkill's reset() calls evaluate() for the whole batch; on a GPU batch's partial reset the
+    other envs must not count their last step again (a grasp streak paid a step early, the
+    PositionChange object moved twice). Extra evaluate() calls change nothing."""
+    task = sim_env.backend.envs[0]._env.unwrapped
+    seen = []
+
+    def state():
+        return [t.clone() for t in (task.grasp_streak, task.ever_grasped, task.ever_consecutive, task.score)]
+
+    def on_step(info):
+        if info["grasped"][0] and not seen:
+            before = state()
+            for _ in range(3):
+                task.get_info()
+            seen.append((before, state()))
+
+    assert run_expert_episode(sim_env, 1, on_step=on_step)[0]
+    (before, after), = seen
+    assert before[0][0] >= 1  # the streak counts the step that grasped
+    for a, b in zip(before, after):
+        assert torch.equal(a, b)
+
+
 def run_expert_episode(env, seed: int, max_speed: float = 1.0, on_step=None) -> tuple[bool, float]:
     """One scripted-expert episode on a 1-env PutOnPlate env: (success_once, largest translation command)."""
     from vla_envs.tasks.put_on_plate.expert import ScriptedExpert

@@ -164,6 +164,10 @@ class PutOnPlateInScene25Env(BaseEnv):
         self.ever_consecutive = torch.zeros(n, dtype=torch.bool)
         self.prev_score = torch.zeros(n)
         self.score = torch.zeros(n)
+        # evaluate() counts each control step once: ManiSkill also calls it in reset() for the whole
+        # batch, which on a GPU batch's partial reset would count the other envs' last step again
+        self.control_steps = torch.zeros(n, dtype=torch.int64)  # per env, never reset
+        self.counted_at = torch.full((n,), -1, dtype=torch.int64)  # control_steps at the last count
         self.obj_bbox_world = torch.zeros(n, 3)
         self.plate_bbox_world = torch.zeros(n, 3)
 
@@ -246,6 +250,11 @@ class PutOnPlateInScene25Env(BaseEnv):
         # the reset's own evaluate() sets it to the first state's score: with shaping, that is
         # not 0, and the first step must pay only its own progress
         self.prev_score[idx] = float("nan")
+        self.counted_at[idx] = -1  # the reset's own evaluate() counts the new episode's first state
+
+    def _after_control_step(self) -> None:
+        super()._after_control_step()
+        self.control_steps += 1
 
     def reset(self, seed: Any = None, options: dict | None = None):
         obs, info = super().reset(seed=seed, options=options)
@@ -365,9 +374,12 @@ class PutOnPlateInScene25Env(BaseEnv):
                     if pair.any():
                         f = torch.linalg.norm(self.scene.get_pairwise_contact_forces(obj, plate), dim=-1).cpu()
                         force = torch.where(pair, f, force)
-        self._maybe_move_object(grasped)
-        self.grasp_streak = rewards.update_grasp_streak(self.grasp_streak, grasped)
-        self.ever_grasped |= grasped
+        new = self.control_steps != self.counted_at  # envs whose state this evaluate() has not counted
+        self.counted_at = self.control_steps.clone()
+        self._maybe_move_object(grasped, new)
+        self.grasp_streak = torch.where(new, rewards.update_grasp_streak(self.grasp_streak, grasped),
+                                        self.grasp_streak)
+        self.ever_grasped |= grasped & new
         self.ever_consecutive |= self.grasp_streak >= rewards.CONSECUTIVE_GRASP_STEPS
         success = rewards.object_on_plate(op.cpu(), pp.cpu(), self.obj_bbox_world, self.plate_bbox_world, force)
         self.score = rewards.staged_score(self.ever_grasped, self.ever_consecutive, success)
@@ -396,13 +408,14 @@ class PutOnPlateInScene25Env(BaseEnv):
                 "grasped": self._grasping_selected().numpy(),
                 "base_yaw": np.full(self.num_envs, np.pi)}
 
-    def _maybe_move_object(self, grasped: torch.Tensor) -> None:
+    def _maybe_move_object(self, grasped: torch.Tensor, new: torch.Tensor) -> None:
         """PositionChange variant: at the configured step, an object not yet grasped jumps to
-        the grid cell farthest from its start and the plate (the policy must re-target)."""
+        the grid cell farthest from its start and the plate (the policy must re-target). ``new``:
+        the envs whose step this is the first evaluate() of (it moves once)."""
         k = self.variant.move_object_at_step
         if not k:
             return
-        move = (self.elapsed_steps.cpu() == k) & ~grasped
+        move = new & (self.elapsed_steps.cpu() == k) & ~grasped
         if not move.any():
             return
         far = self._far_cell_xy(torch.arange(self.num_envs))
