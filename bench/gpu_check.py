@@ -7,7 +7,8 @@ Each part runs in its own subprocess with its own timeout, so a part that fails 
 reported and the others still run:
 
   env         PutOnPlateInScene25Main-v3 env frames/s through the contract on GPU physics at 64,
-              256 and 1024 envs, low-poly and stock Panda, 128 px, random 8-step chunks
+              256 and 1024 envs, low-poly and stock Panda, 128 px, random 8-step chunks; and
+              whether a partial reset of one env leaves the others' state and image unchanged
   expert      the scripted expert's success_once on the GPU batch (256 episodes at once, run to
               the time limit), beside its CPU figure (CPU_EXPERT_SUCCESS)
   rl          2 PPO and 2 GRPO iterations of the tiny preset (the CPU recipes, 64 envs, GPU physics,
@@ -77,7 +78,7 @@ def put_on_plate(num_envs: int, smoke: bool, **kwargs):
 def part_env(smoke: bool) -> dict:
     sizes, panda, image, chunks = ([1], (True,), 32, 1) if smoke else ([64, 256, 1024], (True, False), 128, 5)
     rng = np.random.default_rng(0)
-    rows = []
+    rows, others_unchanged = [], None
     for n in sizes:
         for low_poly in panda:
             env = put_on_plate(n, smoke, image_size=image, low_poly=low_poly)
@@ -85,6 +86,8 @@ def part_env(smoke: bool) -> dict:
                 env.reset(seed=0)
                 actions = rng.uniform(-1, 1, (n, 8, 7)).astype(np.float32)
                 env.chunk_step(actions)  # warm-up: the first step compiles and allocates
+                if n > 1 and others_unchanged is None:
+                    others_unchanged = partial_reset_keeps_the_others(env)
                 start = time.perf_counter()
                 for _ in range(chunks):
                     env.chunk_step(actions)
@@ -94,7 +97,26 @@ def part_env(smoke: bool) -> dict:
             rows.append({"num_envs": n, "low_poly": low_poly, "image_px": image,
                          "frames_per_s": n * 8 * chunks / seconds})
             print(f"env: {n} envs, low_poly={low_poly}: {rows[-1]['frames_per_s']:.0f} frames/s", flush=True)
-    return {"rows": rows}
+    return {"rows": rows, "partial_reset_others_unchanged": others_unchanged}
+
+
+def partial_reset_keeps_the_others(env) -> bool:
+    """Reset env 0 alone (PutOnPlate lets the new scene settle by stepping the physics, which on a
+    GPU batch steps every env) and check that the other envs' state and image did not change, read
+    from the simulator itself (the vector env keeps the others' last observation)."""
+    from vla_envs.backends.maniskill.common import convert_obs
+
+    task = env.backend._env.unwrapped
+    before = convert_obs(task.get_obs())
+    mask = np.zeros(env.num_envs, bool)
+    mask[0] = True
+    env.reset(options={"reset_mask": mask})
+    after = convert_obs(task.get_obs())
+    same = bool(np.allclose(after["state"][1:], before["state"][1:], atol=1e-5)
+                and np.array_equal(after["image"][1:], before["image"][1:]))
+    print(f"env: a partial reset of env 0 left the other {env.num_envs - 1} envs "
+          f"{'unchanged' if same else 'CHANGED'}", flush=True)
+    return same
 
 
 def part_expert(smoke: bool) -> dict:
@@ -280,7 +302,9 @@ def summary(result: dict) -> str:
         return lines[-1] if lines else result["status"]
     if "rows" in result:
         key = next(k for k in ("frames_per_s", "env_actions_per_s", "update_s") if k in result["rows"][0])
-        return ", ".join(f"{row[key]:.3g}" for row in result["rows"]) + f" ({key})"
+        kept = {True: "; partial reset: others unchanged", False: "; partial reset CHANGED other envs",
+                None: ""}[result.get("partial_reset_others_unchanged")]
+        return ", ".join(f"{row[key]:.3g}" for row in result["rows"]) + f" ({key})" + kept
     return f"success_once {result['success_once']:.3f} (CPU {result['cpu_success_once']})"
 
 

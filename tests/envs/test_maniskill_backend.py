@@ -155,6 +155,36 @@ def test_the_batched_in_process_backend_runs_on_cpu_physics():
         ManiSkillGPUBackend("PickCube-v1", None, 2, (64, 64), sim_backend="physx_cpu")
 
 
+def test_fixed_reset_ids_on_a_batch_that_cannot_honour_them_are_refused(monkeypatch):
+    """ManiSkill's own tasks on a GPU batch draw a reset's states from one stream seeded by its first
+    env, so GRPO's groups (same id, same state) cannot hold there: refused, naming what works. Here the
+    batched backend runs one env on CPU physics (where ids do fix states), told it is such a batch."""
+    import vla_envs.backends.maniskill.gpu as gpu
+    from vla_envs.backends.maniskill.make import make_maniskill_vector_env
+
+    one = gpu.ManiSkillGPUBackend("PickCube-v1", None, 1, (32, 32), sim_backend="physx_cpu", render_backend="cpu")
+    assert one.ids_fix_states  # a batch of one: its id is its seed
+    one.close()
+    closed = []
+
+    class Batch(gpu.ManiSkillGPUBackend):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            self.ids_fix_states = False  # as PickCube with num_envs > 1 on the GPU
+
+        def close(self):
+            closed.append(True)
+            super().close()
+
+    monkeypatch.setattr(gpu, "ManiSkillGPUBackend", Batch)
+    with pytest.raises(ValueError, match="use_fixed_reset_state_ids.*sim_backend='physx_cpu'"):
+        make_maniskill_vector_env("PickCube-v1", None, 1, vectorization="batched", image_size=32,
+                                  render_backend="cpu", use_fixed_reset_state_ids=True)
+    assert closed == [True]
+    make_maniskill_vector_env("PickCube-v1", None, 1, vectorization="batched", image_size=32,
+                              render_backend="cpu").close()  # without fixed ids: built
+
+
 @pytest.mark.reliability(fault="ManiSkill worker killed mid-rollout (SIGKILL)", cases=1,
                          outcome="survived: replaced, its episode truncated (worker_crashed), the others go on")
 def test_a_killed_maniskill_worker_is_replaced_and_its_episode_truncated(env):

@@ -41,6 +41,11 @@ class ManiSkillGPUBackend(BatchedBackend):
         self._env = make_maniskill_env(task, num_envs, sim_backend, image_hw, reward_mode, obs_mode,
                                        register_module, **env_kwargs)
         self.num_initial_states = episode_space(self._env.unwrapped)
+        self.ids_fix_states = num_envs == 1 or hasattr(self._env.unwrapped, "num_episodes")
+        """Whether an initial-state id alone fixes an env's initial state. ManiSkill's own tasks draw a
+        reset's states from one torch stream seeded by the first env's seed, so in a batch an env's
+        state also depends on its place among the envs reset with it; tasks that decode their ids
+        (PutOnPlate's ``episode_id``) do not."""
         raw, info = self._env.reset(**reset_kwargs(self._env.unwrapped, list(range(num_envs))))
         self.progress_flags = progress_flags(info)
         obs = convert_obs(raw)

@@ -92,6 +92,13 @@ def make_maniskill_vector_env(task: str, instruction: str | None, num_envs: int 
             check_physx_library()  # never let SAPIEN download it inside the env (offline nodes, races)
         backend = ManiSkillGPUBackend(task, instruction, num_envs, image_hw, reward_mode, obs_mode,
                                       register_module, sim_backend=backend_name, **env_kwargs)
+        if contract_kwargs.get("use_fixed_reset_state_ids") and not backend.ids_fix_states:
+            backend.close()
+            raise ValueError(
+                f"{task} on a GPU batch cannot give envs with the same initial-state id the same initial "
+                "state (ManiSkill seeds a reset's draws from its first env only), which "
+                "use_fixed_reset_state_ids (GRPO's groups) needs: use CPU physics (sim_backend='physx_cpu') "
+                "or a task that decodes its ids (PutOnPlateInScene25*)")
     else:
         from vla_envs.backends.maniskill.task_env import ManiSkillTaskEnv
         from vla_envs.core.pool import ProcessPoolBackend

@@ -242,7 +242,7 @@ class PutOnPlateInScene25Env(BaseEnv):
         self._sleep_parked()
         # 0.1 s of physics, as the reference: its settle is written ``0.5`` but divided by the
         # control rate (5 Hz), so it runs sim_freq * 0.1 steps; the initial states stay its own
-        self._settle(0.1)
+        self._settle(0.1, idx)
         self._record_bboxes(idx)
         self.grasp_streak[idx] = 0
         self.ever_grasped[idx] = False
@@ -321,14 +321,26 @@ class PutOnPlateInScene25Env(BaseEnv):
                 body.set_angular_velocity([0, 0, 0])
                 body.put_to_sleep()
 
-    def _settle(self, seconds: float) -> None:
-        """Steps the physics ``seconds`` with no control (objects come to rest on the table)."""
+    def _settle(self, seconds: float, idx: torch.Tensor) -> None:
+        """Steps the physics ``seconds`` with no control (objects come to rest on the table) for
+        the envs being reset, ``idx``. A GPU batch is one physics scene, so stepping it moves every
+        env: the others are put back where they were, as if no time had passed for them."""
+        others = None
         if self.gpu_sim_enabled:
             self.scene._gpu_apply_all()
+            if len(idx) < self.num_envs:
+                keep = torch.ones(self.num_envs, dtype=torch.bool, device=idx.device)
+                keep[idx] = False
+                others, before = keep.nonzero().flatten(), self.scene.get_sim_state()
         for _ in range(int(self.sim_freq * seconds + 1e-9)):
             self.scene.step()
         if self.gpu_sim_enabled:
             self.scene._gpu_fetch_all()
+            if others is not None:
+                self.scene.set_sim_state(before, others)
+                self.scene._gpu_apply_all()
+                self.scene.px.gpu_update_articulation_kinematics()
+                self.scene._gpu_fetch_all()
 
     def _selected_poses(self) -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
         """(p [N, 3], q [N, 4]) of each env's selected object and plate, gathered over the
