@@ -13,7 +13,8 @@
 #      VLA_TASK=full: PutOnPlateInScene25Main-v3 itself, VLA_ALGORITHM grpo (cpu_grpo_tiny_put_on_plate) or ppo
 #        (cpu_ppo_tiny_put_on_plate) for VLA_RL_MINUTES (40) of wall time; held out: other initial states of it
 #      evaluating on held-out initial states every 10 or 20 iterations; writes the success curve
-#   4. vla-eval of the warm start and of the RL policy on the same 128 held-out initial states, with the change
+#   4. vla-eval of the warm start and of the RL policy on the same 128 held-out episodes (initial states drawn
+#      from the held-out set by one seed, so some repeat; checked to be the same for both), with the change
 #      of each metric and a Fisher exact test of the success counts
 # Everything lands in runs/main/ (grpo/ or ppo/ with metrics.jsonl, tensorboard/, checkpoints/,
 # success_curve.png; eval_warm_start/ and eval_grpo/ or eval_ppo/; warm_start/ when trained here). RL

@@ -848,9 +848,11 @@ def test_vla_eval_reports_success_and_the_env_kwargs(asset_root, tmp_path, monke
                      "--out", str(tmp_path / "eval4"), "--baseline", str(tmp_path / "eval")]) == 0
     compared = capsys.readouterr().out.split("against the baseline")[1]  # the first run as the baseline
     assert "success_once" in compared and "Fisher's exact test, two-sided: p = " in compared
+    assert "initial states: the same 1 in both" in compared  # same --seed and --num-envs
     replanned = json.loads((tmp_path / "eval4" / "eval.json").read_text())
     assert replanned["sampling"] == "temperature 0.6, re-planning every 4 actions"
     assert replanned["rows"][0]["length"] == 8.0
+    assert replanned["rows"][0]["episodes"]["state_id"] == row["episodes"]["state_id"]  # recorded in eval.json
     assert vla_eval(["--checkpoint", str(tmp_path / "model"), "--num-envs", "1", "--num-episodes", "1",
                      "--vectorization", "serial", "--execute-steps", "9"]) == 2
     assert "from 1 to the policy's chunk (8)" in capsys.readouterr().err

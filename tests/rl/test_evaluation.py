@@ -94,10 +94,15 @@ def test_evaluation_averages_the_tasks_progress_flags():
             return types.SimpleNamespace(actions=actions)
 
     env = ChunkVectorEnv(SerialBackend([lambda: ReachToyEnv(4)] * 2), auto_reset=False, ignore_terminations=True)
+    episodes, again, other = {}, {}, {}
     try:
-        res = evaluate_policy(env, ReachWithEnvZero(), 4, seed=0)
+        res = evaluate_policy(env, ReachWithEnvZero(), 4, seed=0, episodes=episodes)
+        evaluate_policy(env, ReachWithEnvZero(), 4, seed=0, episodes=again)
+        evaluate_policy(env, ReachWithEnvZero(), 4, seed=1, episodes=other)
     finally:
         env.close()
+    assert len(episodes["state_id"]) == len(episodes["success_once"]) == 4
+    assert sorted(again["state_id"]) == sorted(episodes["state_id"]) != sorted(other["state_id"])
     assert res["num_episodes"] == 4
     assert res["reached_once"] == 0.5 and res["success_once"] == 0.0
     assert set(res) == {"success_once", "success_at_end", "return", "length", "reached_once", "num_episodes"}
@@ -114,9 +119,22 @@ def test_comparison_to_a_baseline_tests_the_success_counts():
     lines = compare_to_baseline(row(6), row(16), ("warm start", "GRPO"))
     assert lines[0].startswith("success_once    warm start   4.69 %  ->  GRPO  12.50 %  (+7.81)")
     assert not any(line.startswith("grasped_once") for line in lines)  # only metrics both rows hold
-    assert "6 of 128 -> 16 of 128 episodes" in lines[-1] and "p = 0.0" in lines[-1]
-    assert float(lines[-1].split("p = ")[1].rstrip(")")) < 0.05
-    assert "p = 1.000" in compare_to_baseline(row(6), row(6))[-1]  # equal counts: no evidence of a change
+    fisher = next(line for line in lines if "Fisher" in line)
+    assert "6 of 128 -> 16 of 128 episodes" in fisher and "p = 0.0" in fisher
+    assert float(fisher.split("p = ")[1].rstrip(")")) < 0.05
+    assert "p = 1.000" in compare_to_baseline(row(6), row(6))[-2]  # equal counts: no evidence of a change
+    assert lines[-1] == "initial states: not recorded in the warm start's eval.json, so not known to be the same"
     with pytest.raises(ValueError, match="compare evaluations of one task"):
         compare_to_baseline(row(6), row(6, env_id="PutCarrotOnPlateInScene-v1"))
+
+
+def test_a_comparison_says_whether_both_ran_the_same_initial_states():
+    from vla_trainer.rl.evaluation import same_initial_states
+
+    ids = {"state_id": [5, 3, 5, 9], "success_once": [True, False, False, True]}
+    reordered = {"state_id": [9, 5, 3, 5], "success_once": [False] * 4}  # episodes end in another order
+    assert same_initial_states(ids, reordered) == "initial states: the same 4 in both (3 distinct)"
+    other = {"state_id": [5, 3, 7, 8], "success_once": [False] * 4}  # another --seed or --num-envs
+    assert same_initial_states(ids, other).startswith("initial states: NOT the same (2 of 4 / 4 shared;")
+    assert "not recorded in the policy's" in same_initial_states(ids, None)
 

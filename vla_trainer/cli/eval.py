@@ -44,15 +44,17 @@ def evaluate_tasks(policy, tasks: list[str], args, asset_meta: dict) -> list[dic
         env = make_env(split, policy.config.image_size, evaluation=True, expert_start_phase=args.expert_start_phase)
         asset_meta.setdefault("asset_pack", getattr(env, "asset_pack", None))
         run_env = RecordVideo(env, args.video, fps=5) if (args.video and i == 0) else env
+        episodes: dict = {}
         try:
             res = evaluate_policy(run_env, policy, args.num_episodes, seed=args.seed, greedy=args.greedy,
                                   temperature=args.temperature, top_k=args.top_k or None,
-                                  execute_steps=args.execute_steps)
+                                  execute_steps=args.execute_steps, episodes=episodes)
         finally:
             run_env.close()
         n = res["num_episodes"]
         ci = wilson_interval(round(res["success_once"] * n), n)
-        rows.append({"env_id": task, **res, "success_once_ci95": list(ci), "asset_pack": getattr(env, "asset_pack", None)})
+        rows.append({"env_id": task, **res, "success_once_ci95": list(ci), "asset_pack": getattr(env, "asset_pack", None),
+                     "episodes": episodes})
         grasped = f"  grasped_once {res['grasped_once']:.3f}" if "grasped_once" in res else ""
         print(f"{task}: success_once {res['success_once']:.3f} (95 % CI {ci[0]:.3f}-{ci[1]:.3f})  "
               f"success_at_end {res['success_at_end']:.3f}{grasped}  ({n} episodes)", flush=True)
@@ -90,8 +92,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=None, help="folder for eval.json and eval.md")
     p.add_argument("--baseline", type=Path, default=None, metavar="EVAL",
                    help="another policy's evaluation of the same task (its --out folder or eval.json): print "
-                        "each metric's change and a Fisher exact test of the success counts; evaluate both on "
-                        "the same --seed so they run the same initial states")
+                        "each metric's change and a Fisher exact test of the success counts; evaluate both with "
+                        "the same --seed and --num-envs so they run the same initial states (the output says "
+                        "whether they did)")
     p.add_argument("--expert-start-phase", default=None, metavar="PHASE",
                    help="PutOnPlate diagnostic: start every episode where the scripted expert enters PHASE, "
                         "e.g. lift (just grasped), carry (lifted), lower (over the plate): success from there, "

@@ -8,7 +8,7 @@ initial states, so evaluations along a run (and across runs) compare like with l
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 import numpy as np
 import torch
@@ -57,10 +57,12 @@ def check_execute_steps(execute_steps: int | None, chunk_size: int) -> None:
 @torch.no_grad()
 def evaluate_policy(env, policy, num_episodes: int, *, seed: int = 0, greedy: bool = False,
                     temperature: float = 0.6, top_k: int | None = None, execute_steps: int | None = None,
-                    progress=None) -> dict:
+                    progress=None, episodes: dict | None = None) -> dict:
     """Mean ``success_once``, ``success_at_end``, ``return``, ``length`` over ``num_episodes``,
     and ``<flag>_once`` for each of the task's progress flags (``grasped_once``: partial success).
     ``execute_steps``: re-plan after this many actions of each chunk (default: the whole chunk).
+    ``episodes``: if given, filled with each episode's ``state_id`` and ``success_once`` (lists in
+    the order episodes ended), so two evaluations can be checked to have run the same states.
 
     Raises:
         ValueError: ``num_episodes`` is not a positive multiple of ``env.num_envs``, the env
@@ -86,6 +88,10 @@ def evaluate_policy(env, policy, num_episodes: int, *, seed: int = 0, greedy: bo
                 done = out.info["_episode"] & ~finished
                 for key, values in out.info["episode"].items():
                     per_episode[key].extend(np.asarray(values)[done].astype(float).tolist())
+                if episodes is not None:
+                    episodes.setdefault("state_id", []).extend(out.info["episode_state_id"][done].tolist())
+                    episodes.setdefault("success_once", []).extend(
+                        out.info["episode"]["success_once"][done].astype(bool).tolist())
                 finished |= done
             obs = out.obs
             if finished.all():
@@ -137,8 +143,9 @@ COMPARED = ("success_once", "success_at_end", "grasped_once", "return")
 def compare_to_baseline(baseline: dict, row: dict, names: tuple[str, str] = ("baseline", "policy")) -> list[str]:
     """Lines comparing one task's evaluation ``row`` with a ``baseline`` row of the same task
     (both as ``vla-eval`` writes them to ``eval.json``): each metric both rows hold, its change,
-    and for ``success_once`` the 95 % intervals and a two-sided Fisher exact test of the counts
-    (are the two success rates the same?).
+    for ``success_once`` the 95 % intervals and a two-sided Fisher exact test of the counts
+    (are the two success rates the same?), and whether both ran the same initial states (from
+    the rows' ``episodes``; an evaluation's states depend on its seed and its number of envs).
 
     Raises:
         ValueError: the rows are of different tasks.
@@ -161,4 +168,20 @@ def compare_to_baseline(baseline: dict, row: dict, names: tuple[str, str] = ("ba
           ((names[0], k_a, n_a), (names[1], k_b, n_b))}
     lines.append(f"success_once: {k_a} of {n_a} -> {k_b} of {n_b} episodes (95 % intervals {ci[names[0]]} % and "
                  f"{ci[names[1]]} %; Fisher's exact test, two-sided: p = {p:.3f})")
+    lines.append(same_initial_states(baseline.get("episodes"), row.get("episodes"), names))
     return lines
+
+
+def same_initial_states(a: dict | None, b: dict | None, names: tuple[str, str] = ("baseline", "policy")) -> str:
+    """One line saying whether two evaluations' ``episodes`` (``evaluate_policy``'s) ran the same
+    initial states, each as often: then the comparison is like for like."""
+    if not a or not b:
+        missing = names[0] if not a else names[1]
+        return f"initial states: not recorded in the {missing}'s eval.json, so not known to be the same"
+    ids_a, ids_b = sorted(a["state_id"]), sorted(b["state_id"])
+    if ids_a == ids_b:
+        return f"initial states: the same {len(ids_a)} in both ({len(set(ids_a))} distinct)"
+    shared = sum((Counter(ids_a) & Counter(ids_b)).values())
+    return (f"initial states: NOT the same ({shared} of {len(ids_a)} / {len(ids_b)} shared; an evaluation's states "
+            "follow its --seed and --num-envs): the two rates are still estimates of one task, not a like-for-like "
+            "comparison")
