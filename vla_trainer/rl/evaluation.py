@@ -2,8 +2,8 @@
 
 ``evaluate_policy`` resets all envs with a round's seed, steps chunks until every env's episode
 has ended (the eval env has ``auto_reset=False``, so a finished env idles and is never counted
-twice), and repeats for ``num_episodes / num_envs`` rounds. The same seeds give the same
-initial states, so evaluations along a run (and across runs) compare like with like.
+twice), and repeats for ``num_episodes / num_envs`` rounds. The same seed and number of envs
+give the same initial states, so evaluations along a run (and across runs) compare like with like.
 """
 
 from __future__ import annotations
