@@ -262,8 +262,8 @@ def cmd_rl(args: argparse.Namespace) -> int:
     except (ConfigError, FileNotFoundError, VLAModelError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt as e:
-        terminated = isinstance(e, Terminated) or _sigterm_received.is_set()
+    except KeyboardInterrupt:
+        terminated = _sigterm_received.is_set()  # set before Terminated is raised
         print(f"{'terminated' if terminated else 'interrupted'}: envs and workers closed; resume "
               "with runner.resume_dir=auto (same --run-dir) from the last checkpoint", file=sys.stderr)
         return 143 if terminated else 130
