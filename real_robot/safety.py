@@ -4,7 +4,9 @@
 refuses NaN / inf (stops the arm, sends nothing, raises), limits the step to the per-step caps, the
 workspace box and the orientation window, rate-limits gripper changes, sends it (or only logs it in
 dry-run mode) and returns what was really sent. Every clamp is counted by kind for episode info. A
-watchdog thread stops the arm when no action follows within ``watchdog_timeout_s``.
+watchdog thread stops the arm when no action follows within ``watchdog_timeout_s``. A stop wins
+over an action being sent at the same moment (from another thread): what that action had not yet
+sent is not sent (``SentCommand.preempted``). In dry-run mode nothing reaches the arm, stops included.
 
 The step limiting is a pure function (``limit_step``) of the step, the current TCP pose and the
 limits: the guarantees below are properties of that function.
@@ -24,12 +26,12 @@ import logging
 import math
 import threading
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from real_robot.config_file import read_mapping_file
-from real_robot.errors import UnsafeActionError
+from real_robot.errors import MotionError, UnsafeActionError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -245,6 +247,12 @@ class Watchdog:
             self._deadline_s = time.monotonic() + self.timeout_s
             self._cond.notify()
 
+    @property
+    def armed(self) -> bool:
+        """Whether a deadline is running (a ``kick()`` came after the last firing or ``disarm()``)."""
+        with self._cond:
+            return self._deadline_s is not None
+
     def disarm(self) -> None:
         """No deadline until the next ``kick()``."""
         with self._cond:
@@ -300,6 +308,9 @@ class SentCommand:
     """The kinds of limit that changed this step (empty: sent as asked)."""
     dry_run: bool = False
     """True: nothing reached the arm."""
+    preempted: bool = False
+    """True: a stop arrived while this action was being sent, and won: the arm was stopped and what
+    had not been sent yet was not (no motion when the stop came first, else no gripper change)."""
 
 
 class SafetyLayer:
@@ -334,6 +345,8 @@ class SafetyLayer:
         self._counts_lock = threading.Lock()
         self.clamp_counts: dict[str, int] = {kind: 0 for kind in CLAMP_KINDS}
         self._warned: set[str] = set()
+        self._stops = 0
+        """Stops asked for (``stop()``, a refused action); an action sees whether one came while it was sent."""
         self._gripper_closed: bool | None = None
         self._gripper_changed_s = -math.inf
         self._stepped_s = -math.inf
@@ -357,7 +370,7 @@ class SafetyLayer:
         self._closed = True
         self._watchdog.close()
         if self.arm.is_connected:
-            self.arm.stop()
+            self._stop_arm()
         self.arm._detach_safety(self._permit)
 
     # ----- reading and stopping pass straight through ------------------------------------------
@@ -366,7 +379,15 @@ class SafetyLayer:
         return self.arm.observation()
 
     def stop(self) -> None:
-        """Stop the arm now."""
+        """Stop the arm now. An action being sent from another thread sends nothing more
+        (``SentCommand.preempted``); the next action moves again. Dry run: only logs."""
+        self._stops += 1  # before the arm's stop: an action that reads it after sends nothing
+        self._stop_arm()
+
+    def _stop_arm(self) -> None:
+        if self.limits.dry_run:  # nothing of ours moves it; a ROS arm's stop would publish a target
+            logger.info("dry run: would stop the arm")
+            return
         self.arm.stop()
 
     def recover(self) -> bool:
@@ -411,17 +432,18 @@ class SafetyLayer:
         from real_robot.twin_action import action_to_step, step_to_action
 
         self._check_open()
+        stops = self._stops  # a stop from now on wins over this action
         try:
             values = np.asarray(action, dtype=np.float64)
         except (TypeError, ValueError):
             values = None
         if values is None or values.shape != (7,):
-            self.arm.stop()
+            self.stop()
             raise UnsafeActionError(f"an action is 7 numbers (translation 3, rotation 3, gripper 1), got "
                                     f"{action!r}; nothing was sent and the arm was stopped")
         bad = np.flatnonzero(~np.isfinite(values))
         if bad.size:
-            self.arm.stop()
+            self.stop()
             self._count(["non_finite"])
             raise UnsafeActionError(f"action {values.tolist()} has non-finite values at indices {bad.tolist()}; "
                                     f"nothing was sent and the arm was stopped")
@@ -443,12 +465,17 @@ class SafetyLayer:
                         time.monotonic() - self._gripper_changed_s < self.limits.gripper_min_interval_s):
                     close, gripper_changed = self._gripper_closed, False
                     clamps.append("gripper_rate")
+                if self._stops != stops:  # stopped while waiting or reading: send nothing
+                    translation, R_delta, close, gripper_changed = np.zeros(3), np.eye(3), self._gripper_closed, False
                 rotvec = matrix_to_rotvec(R_delta)
                 T_target = pose_matrix(obs.T_base_from_tcp[:3, 3] + translation, R_delta @ obs.T_base_from_tcp[:3, :3])
-                sent = SentCommand(action=step_to_action(translation, R_delta, close), translation_m=translation,
-                                   rotation_rotvec_rad=rotvec, gripper_close=close, gripper_changed=gripper_changed,
-                                   T_base_from_tcp_target=T_target, clamps=tuple(clamps), dry_run=self.limits.dry_run)
+                sent = SentCommand(action=step_to_action(translation, R_delta, bool(close)), translation_m=translation,
+                                   rotation_rotvec_rad=rotvec, gripper_close=bool(close),
+                                   gripper_changed=gripper_changed, T_base_from_tcp_target=T_target,
+                                   clamps=tuple(clamps), dry_run=self.limits.dry_run, preempted=self._stops != stops)
                 self._count(clamps)
+                if sent.preempted:
+                    return sent
                 if self.limits.dry_run:
                     logger.info("dry run: would move the TCP by %s m, rotate by %s rad%s", np.round(translation, 4),
                                 np.round(rotvec, 4), f", {'close' if close else 'open'} the gripper" if gripper_changed
@@ -457,8 +484,16 @@ class SafetyLayer:
                     # a zero step holds the arm where it is going: the measured pose trails franky's desired one,
                     # and sending it as a target would creep (franky-sim: 0.02 deg per hold)
                     if np.linalg.norm(translation) >= ZERO_STEP_M or np.linalg.norm(rotvec) >= ZERO_STEP_RAD:
-                        self.arm.move_to_pose(T_target, permit=self._permit)
+                        try:
+                            self.arm.move_to_pose(T_target, permit=self._permit)
+                        except MotionError:
+                            if self._stops == stops:
+                                raise  # franky reports a stop's cut as "Move command preempted"; that is ours
                         self._stepped_s = time.monotonic()
+                        if self._stops != stops:  # a stop cut the move (or came just before it began)
+                            self.arm.stop()
+                            return replace(sent, gripper_close=bool(self._gripper_closed),
+                                                       gripper_changed=False, preempted=True)
                     if gripper_changed:
                         self.arm.set_gripper(close, permit=self._permit)
                 if gripper_changed:
@@ -479,6 +514,24 @@ class SafetyLayer:
                 return
             self.arm.move_to_joint_positions(self.limits.home_joint_positions_rad, permit=self._permit)
 
+    def open_gripper(self) -> None:
+        """Open the gripper (an episode's start), waiting out ``gripper_min_interval_s`` when it
+        changed less long ago rather than holding the command as an action's change would be. The
+        watchdog is paused until the next action. In dry-run mode only logs."""
+        self._check_open()
+        with self._command_lock:
+            self._watchdog.disarm()
+            if self._gripper_closed is False:
+                return
+            wait_s = self._gripper_changed_s + self.limits.gripper_min_interval_s - time.monotonic()
+            if self.limits.dry_run:
+                logger.info("dry run: would open the gripper")
+            else:
+                if wait_s > 0:
+                    time.sleep(wait_s)
+                self.arm.set_gripper(False, permit=self._permit)
+            self._gripper_closed, self._gripper_changed_s = False, time.monotonic()
+
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError(f"{self} is closed; make a new SafetyLayer")
@@ -488,9 +541,11 @@ class SafetyLayer:
         if not self._command_lock.acquire(blocking=False):
             return
         try:
+            if self._watchdog.armed:  # an action was sent between the firing and the lock: not silence
+                return
             self.last_watchdog_trip_s = time.monotonic()
             logger.warning("safety watchdog: no action within %.3f s, stopping the arm", self.limits.watchdog_timeout_s)
-            self.arm.stop()
+            self._stop_arm()
             self._count(["watchdog"])
         finally:
             self._command_lock.release()

@@ -73,6 +73,9 @@ class Bridge:
 
         if not 0.0 < control_period_s <= 10.0:
             raise ValueError(f"control_period_s={control_period_s}: seconds in (0, 10]")
+        if control_period_s >= safety.limits.watchdog_timeout_s:  # it would stop the arm between every two actions
+            raise ValueError(f"control_period_s={control_period_s} must be below the safety limits' "
+                             f"watchdog_timeout_s={safety.limits.watchdog_timeout_s}")
         if not 1.0 <= state_rate_hz <= 1000.0:
             raise ValueError(f"state_rate_hz={state_rate_hz}: in [1, 1000] (the twin needs >= 10)")
         self.node, self.safety = node, safety

@@ -72,23 +72,31 @@ class CameraPublisher:
                     break
                 if playback and self.loop_playback:
                     log.info(f"{self.camera}: the recording ended; playing it again")
-                    self.camera.disconnect()
-                    self.camera.connect()
+                    try:
+                        self.camera.disconnect()
+                        self.camera.connect()
+                    except Exception as e:  # noqa: BLE001  as a failed read: report and end the node
+                        self._fail(f"reopening the recording failed: {e!r}")
+                        return
                 else:
                     log.warning(f"{self.camera}: no frame within {timeout_ms:.0f} ms",
                                 throttle_duration_sec=5.0)
                 continue
             except Exception as e:  # noqa: BLE001  a failed reader: report and end the node
-                log.error(f"{self.camera}: reading failed: {e!r}; the camera node stops")
-                self._running.clear()
-                import rclpy
-
-                rclpy.try_shutdown()
+                self._fail(f"reading failed: {e!r}")
                 return
             msg = image_msg(frame.image, stamp_from_seconds(frame.timestamp_ms / 1000.0), self.frame_id)
             if not safe_publish(self.node, self.publisher, msg):
                 return
             self.published += 1
+
+    def _fail(self, why: str) -> None:
+        """End the node: a camera node that publishes nothing must not look alive to the graph."""
+        import rclpy
+
+        self.node.get_logger().error(f"{self.camera}: {why}; the camera node stops")
+        self._running.clear()
+        rclpy.try_shutdown(context=self.node.context)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -222,6 +222,42 @@ def test_the_bridge_refuses_to_publish_state_on_the_stacks_topics():
             rclpy.shutdown(context=context)
 
 
+def test_the_bridge_refuses_a_control_period_the_watchdog_would_cut():
+    from real_robot.franky_arm import FrankyArm, FrankyArmConfig
+    from real_robot.nodes.bridge_node import Bridge
+    from real_robot.safety import SafetyLayer, SafetyLimits
+
+    with SafetyLayer(FrankyArm(FrankyArmConfig(robot_ip="172.16.0.2")), SafetyLimits(watchdog_timeout_s=1.0)) as safety:
+        with pytest.raises(ValueError, match="control_period_s=1.5 must be below.*watchdog_timeout_s=1.0"):
+            Bridge(None, safety, control_period_s=1.5, state_rate_hz=30.0, base_frame="base")
+
+
+@needs_rclpy
+def test_a_camera_node_that_cannot_reopen_its_recording_ends_rather_than_idle(tmp_path):
+    from real_robot.nodes.camera_node import CameraPublisher
+    from real_robot.realsense import RealSenseCamera, RealSenseCameraConfig, write_recording
+
+    recording = write_recording(tmp_path / "short.db3", [np.full((48, 64, 3), i, np.uint8) for i in range(5)], fps=15)
+    context = rclpy.Context()
+    rclpy.init(args=["--ros-args"], context=context, domain_id=DOMAIN_ID,
+               signal_handler_options=rclpy.signals.SignalHandlerOptions.NO)
+    node = rclpy.create_node("camera", context=context)
+    camera = RealSenseCamera(RealSenseCameraConfig(playback_file=str(recording), width=64, height=48))
+    camera.connect()
+    recording.unlink()  # gone when the recording ends and is played again
+    publisher = CameraPublisher(node, camera, "camera_color_optical_frame", loop_playback=True)
+    try:
+        publisher.start()
+        publisher._thread.join(20.0)
+        assert not publisher._thread.is_alive() and publisher.published >= 1
+        assert not context.ok()  # the node ends: the graph sees the process go, not a silent camera
+    finally:
+        if camera.is_connected:
+            camera.disconnect()
+        node.destroy_node()
+        rclpy.try_shutdown(context=context)
+
+
 # ----- the launch file --------------------------------------------------------------------------------
 
 def load_launch_file():

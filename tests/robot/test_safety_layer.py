@@ -147,3 +147,84 @@ def test_sent_action_is_what_the_twin_would_execute(homed_layer):
     np.testing.assert_allclose(sent.action, action, atol=1e-6)
     np.testing.assert_allclose(homed_layer.observation().T_base_from_tcp, sent.T_base_from_tcp_target, atol=0.002)
 
+
+
+def _send_in_thread(layer, action):
+    """``send_action`` from another thread (as the ROS bridge's executor): ``(thread, result)``."""
+    import threading
+
+    result = {}
+    thread = threading.Thread(target=lambda: result.update(sent=layer.send_action(action)))
+    thread.start()
+    return thread, result
+
+
+@pytest.mark.reliability(fault='a stop while an action is being sent (another thread)', cases=2,
+                         outcome='the stop wins: nothing after it reaches the arm')
+def test_a_stop_during_an_action_wins_over_what_it_had_not_sent(layer_factory, settled):
+    # waiting out the step rate: the stop comes before the motion, so nothing is sent
+    with layer_factory(min_step_interval_s=0.6) as layer:
+        layer.open_gripper()
+        layer.send_action([0.1, 0, 0, 0, 0, 0, -1])  # synchronous: at its target when it returns
+        before = layer.observation().tcp_position_m
+        thread, result = _send_in_thread(layer, [0.3, 0, 0, 0, 0, 0, 1])  # 3 cm and close the gripper
+        time.sleep(0.2)  # it waits for 0.6 s after the last step
+        layer.stop()
+        thread.join(5.0)
+        sent = result["sent"]
+        assert sent.preempted and not sent.gripper_changed and np.linalg.norm(sent.translation_m) == 0
+        np.testing.assert_allclose(settled(layer), before, atol=TRACKING_TOLERANCE_M)
+        assert layer.observation().gripper_width_m > 0.07  # still open
+        assert not layer.send_action([0.1, 0, 0, 0, 0, 0, -1]).preempted  # the next action moves again
+    # mid-motion: the move is cut, and the gripper change that would follow it is not sent
+    with layer_factory({"relative_dynamics_factor": 0.05}) as layer:
+        start = layer.observation().tcp_position_m
+        thread, result = _send_in_thread(layer, [0.4, 0, 0, 0, 0, 0, 1])
+        time.sleep(0.3)
+        layer.stop()
+        thread.join(10.0)
+        sent = result["sent"]
+        assert sent.preempted and not sent.gripper_changed and not sent.gripper_close
+        assert settled(layer)[0] - start[0] < 0.04 - 0.005
+        assert layer.observation().gripper_width_m > 0.07
+
+
+def test_an_episode_starts_open_even_right_after_the_gripper_closed(layer_factory):
+    with layer_factory(home=False, gripper_min_interval_s=0.5) as layer:
+        layer.send_action([0, 0, 0, 0, 0, 0, -1])
+        time.sleep(0.55)
+        assert layer.send_action([0, 0, 0, 0, 0, 0, 1]).gripper_changed
+        assert layer.observation().gripper_width_m < 0.07
+        start_s = time.monotonic()
+        layer.open_gripper()  # a reset: waits out the interval instead of holding the command
+        assert time.monotonic() - start_s >= 0.4
+        assert layer.observation().gripper_width_m > 0.07
+        assert layer.pop_clamp_counts()["gripper_rate"] == 0
+
+
+def test_dry_run_stops_nothing_either(layer_factory):
+    """A ROS arm's stop publishes a target: in dry run the layer leaves the arm alone entirely."""
+    with layer_factory(dry_run=True, home=False, watchdog_timeout_s=0.1) as layer:
+        stops = []
+        real_stop = layer.arm.stop
+        layer.arm.stop = lambda: (stops.append(1), real_stop())
+        layer.send_action([0.1, 0, 0, 0, 0, 0, -1])
+        time.sleep(0.3)  # the watchdog fires
+        layer.stop()
+        with pytest.raises(UnsafeActionError):
+            layer.send_action([np.nan] * 7)
+        layer.close()
+        assert layer.last_watchdog_trip_s is not None and stops == []
+
+
+def test_a_watchdog_firing_that_an_action_overtook_does_not_stop_it(layer_factory):
+    with layer_factory(home=False) as layer:
+        stops = []
+        layer.arm.stop = lambda: stops.append(1)
+        layer._watchdog.kick()  # an action ended between the firing and the stop's lock
+        layer._on_watchdog()
+        assert stops == [] and layer.last_watchdog_trip_s is None
+        layer._watchdog.disarm()  # silence: the firing stops the arm
+        layer._on_watchdog()
+        assert stops == [1]
+        layer.arm.stop = type(layer.arm).stop.__get__(layer.arm)

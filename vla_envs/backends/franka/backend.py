@@ -78,7 +78,7 @@ class FrankaBackend(BatchedBackend):
         self.safety.stop()
         self.operator.wait_for_reset(self.instruction)
         self.safety.home()
-        self.safety.send_action(np.array([0, 0, 0, 0, 0, 0, -1], np.float32))  # open the gripper
+        self.safety.open_gripper()
         self.safety.pop_clamp_counts()  # the reset's commands belong to no episode
         return self._observe(), [self.instruction]
 

@@ -70,15 +70,19 @@ def make_franka_vector_env(num_envs: int = 1, *, instruction: str, robot_ip: str
     camera = RealSenseCamera(RealSenseCameraConfig(serial=camera_serial or "", playback_file=playback_file,
                                                    width=cam_file.width, height=cam_file.height))
     camera.connect()  # fails in well under a second without the camera, before the arm is touched
-    try:
+    safety = None
+    try:  # whatever fails from here (a bad option, Ctrl-C) releases both devices and the watchdog
         arm.connect()
         safety = SafetyLayer(arm, limits)
+        backend = FrankaBackend(safety, camera, instruction=instruction, image_size=image_size, camera_crop=crop,
+                                camera_hw=(cam_file.height, cam_file.width), time_limit=time_limit or 80,
+                                operator=operator, max_frame_age_ms=max_frame_age_ms)
+        return ChunkVectorEnv(backend, auto_reset=auto_reset, **contract_kwargs)
     except BaseException:
-        camera.disconnect()
-        if arm.is_connected:
-            arm.disconnect()
+        releases = ([safety.close] if safety is not None else []) + ([arm.disconnect] if arm.is_connected else [])
+        for release in (*releases, camera.disconnect):
+            try:
+                release()
+            except Exception:  # noqa: BLE001  the error that led here is the one to report
+                pass
         raise
-    backend = FrankaBackend(safety, camera, instruction=instruction, image_size=image_size, camera_crop=crop,
-                            camera_hw=(cam_file.height, cam_file.width), time_limit=time_limit or 80,
-                            operator=operator, max_frame_age_ms=max_frame_age_ms)
-    return ChunkVectorEnv(backend, auto_reset=auto_reset, **contract_kwargs)
