@@ -88,6 +88,51 @@ def test_malformed_requests_get_an_error_and_the_server_keeps_serving(server, pa
         assert client.act(image, "put corn on plate", state).shape == (8, 7)
 
 
+class _SlowOnce:
+    """The real service, answering its first request after ``delay_s`` (a GPU box under load)."""
+
+    def __init__(self, service, delay_s):
+        self.spec, self._service, self._delay_s = service.spec, service, delay_s
+
+    def act(self, *args):
+        delay, self._delay_s = self._delay_s, 0.0
+        threading.Event().wait(delay)
+        return self._service.act(*args)
+
+
+@pytest.mark.reliability(fault='a policy reply that arrives after the client timed out', cases=1,
+                         outcome='the connection is closed; no later call returns the stale chunk')
+def test_a_reply_after_the_client_timed_out_is_never_taken_for_the_next_observation(service):
+    srv = PolicyServer(_SlowOnce(service, 1.5), port=0)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        image, _ = _obs(1)
+        state_a, state_b = np.zeros(16, np.float32), np.ones(16, np.float32)
+        chunk_b = service.act(image, "put lime on plate", state_b)
+        assert not np.array_equal(service.act(image, "put lime on plate", state_a), chunk_b)
+        with PolicyClient(port=srv.server_address[1], timeout_s=0.5) as client:
+            with pytest.raises(TimeoutError):
+                client.act(image, "put lime on plate", state_a)
+            threading.Event().wait(1.5)  # the late reply for state_a has arrived by now
+            with pytest.raises(ConnectionError, match="earlier failure.*new PolicyClient"):
+                client.act(image, "put lime on plate", state_b)
+        with PolicyClient(port=srv.server_address[1]) as client:  # a new client is answered afresh
+            np.testing.assert_array_equal(client.act(image, "put lime on plate", state_b), chunk_b)
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_the_client_refuses_what_the_server_would_misread_before_sending(server):
+    image, state = _obs()
+    with PolicyClient(port=server.server_address[1], max_message_bytes=2**20) as client:
+        with pytest.raises(ValueError, match="uint8 \\[H, W, 3\\]"):
+            client.act(image / 255.0, "put lime on plate", state)  # would arrive as zeros
+        with pytest.raises(ValueError, match="exceeds the server's limit of 1048576"):
+            client.act(np.zeros((1000, 1000, 3), np.uint8), "put lime on plate", state)
+        assert client.act(image, "put lime on plate", state).shape == (8, 7)  # nothing was sent
+
+
 def test_decode_refuses_arrays_that_do_not_match_their_bytes():
     frame = encode({"type": "act"}, {"image": np.zeros((2, 2, 3), np.uint8)})
     with pytest.raises(ProtocolError, match="runs past the end"):

@@ -143,8 +143,9 @@ class PolicySpec:
 
 def training_env_kwargs(model_dir: Path) -> dict[str, Any] | None:
     """The env options a checkpoint was trained with, when recorded: the training run's
-    ``config.yaml`` beside a checkpoint's ``model/`` (``env.train.env_kwargs``), or a published
-    warm start's ``made_by.json`` (its demos' ``env_kwargs``)."""
+    ``config.yaml`` beside a checkpoint's ``model/`` (``env.train.env_kwargs``), a published
+    warm start's ``made_by.json`` (its demos' ``env_kwargs``), or ``vla-train sft``'s
+    ``sft_metrics.json`` (its demos' ``env_kwargs``)."""
     recipe = model_dir.parent / "config.yaml"
     if recipe.is_file():
         import yaml
@@ -153,11 +154,13 @@ def training_env_kwargs(model_dir: Path) -> dict[str, Any] | None:
         kwargs = ((cfg.get("env") or {}).get("train") or {}).get("env_kwargs")
         if isinstance(kwargs, dict):
             return kwargs
-    made_by = model_dir / "made_by.json"
-    if made_by.is_file():
-        kwargs = (json.loads(made_by.read_text()).get("demos") or {}).get("env_kwargs")
-        if isinstance(kwargs, dict):
-            return kwargs
+    for record, keys in (("made_by.json", ("demos", "env_kwargs")), ("sft_metrics.json", ("env_kwargs",))):
+        if (model_dir / record).is_file():
+            kwargs = json.loads((model_dir / record).read_text())
+            for key in keys:
+                kwargs = kwargs.get(key) if isinstance(kwargs, dict) else None
+            if isinstance(kwargs, dict):
+                return kwargs
     return None
 
 
@@ -257,12 +260,20 @@ def _answer(service: PolicyService, header: dict, arrays: dict[str, np.ndarray])
 class PolicyClient:
     """The robot side of ``PolicyServer``: ``describe()`` and ``act(...)`` over one connection.
 
+    A call that fails mid-way (a timeout, a broken or malformed reply) closes the connection:
+    the server's late reply would otherwise be read as the answer to the next observation. Later
+    calls raise ``ConnectionError``; make a new client to go on.
+
     Args:
         host, port: the server.
         timeout_s: for connecting and for each reply; a silent server fails within it.
+        max_message_bytes: the server's limit; a larger request is refused here, before sending.
     """
 
-    def __init__(self, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, timeout_s: float = 5.0):
+    def __init__(self, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, timeout_s: float = 5.0,
+                 max_message_bytes: int = MAX_MESSAGE_BYTES):
+        self.address, self.max_message_bytes = f"{host}:{port}", max_message_bytes
+        self._broken: str | None = None
         try:
             self.sock = socket.create_connection((host, port), timeout=timeout_s)
         except OSError as e:
@@ -270,8 +281,20 @@ class PolicyClient:
                                   f"`vla-serve --checkpoint CKPT --host {host} --port {port}`") from None
 
     def _call(self, header: dict, arrays: dict[str, np.ndarray] | None = None) -> tuple[dict, dict]:
-        self.sock.sendall(encode(header, arrays))
-        reply, out = decode(read_frame(self.sock))
+        if self._broken is not None:
+            raise ConnectionError(f"the connection to {self.address} was closed after an earlier failure "
+                                  f"({self._broken}); make a new PolicyClient")
+        frame = encode(header, arrays)
+        if len(frame) - 4 > self.max_message_bytes:
+            raise ValueError(f"request of {len(frame) - 4} bytes exceeds the server's limit of "
+                             f"{self.max_message_bytes} bytes; send a smaller image")
+        try:
+            self.sock.sendall(frame)
+            reply, out = decode(read_frame(self.sock, self.max_message_bytes))
+        except (OSError, ProtocolError) as e:  # OSError covers timeouts and ConnectionError
+            self._broken = f"{type(e).__name__}: {e}"
+            self.sock.close()
+            raise
         if reply["type"] == "error":
             raise RuntimeError(f"policy server: {reply.get('message')}")
         return reply, out
@@ -284,7 +307,11 @@ class PolicyClient:
                           model_dir=reply["model_dir"])
 
     def act(self, image: np.ndarray, instruction: str, state: np.ndarray | None = None) -> np.ndarray:
-        arrays = {"image": np.asarray(image, np.uint8)}
+        image = np.asarray(image)
+        if image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3:
+            raise ValueError(f"image must be uint8 [H, W, 3] (a camera frame), got {image.dtype} "
+                             f"{list(image.shape)}; a float image would be cast to zeros")
+        arrays = {"image": image}
         if state is not None:
             arrays["state"] = np.asarray(state, np.float32)
         _, out = self._call({"type": "act", "instruction": instruction}, arrays)
