@@ -98,7 +98,7 @@ def run_episodes(args: argparse.Namespace, recorder_folder: Path | None = None) 
     chunk = 1 if expert is not None else args.chunk  # a closed-loop expert re-plans every step
     recorder = (EpisodeRecorder(recorder_folder, args.num_envs, args.env_id, getattr(base, "asset_pack", None),
                                 only_success=getattr(args, "only_success", True), action_noise=action_noise,
-                                expert_kwargs=expert_kwargs,
+                                expert_kwargs=expert_kwargs, env_kwargs=kwargs,
                                 scene_bodies=SCENE_BODIES if expert is not None else ())
                 if recorder_folder is not None else None)
     episodes: list[dict[str, float]] = []

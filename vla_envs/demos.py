@@ -3,6 +3,7 @@
 A demo folder holds one ``episode_XXXXXX.npz`` per episode plus ``index.json``::
 
     index.json      {"format": "vla-demos-v1", "env_id", "asset_pack", "action_noise", "expert_kwargs",
+                     "env_kwargs" (the gym.make options the images were made with, when known),
                      "episodes": [
                         {"file", "instruction", "state_id", "length", "success_once",
                          "success_at_end", "return"}, ...]}
@@ -61,13 +62,16 @@ class EpisodeRecorder:
 
     def __init__(self, folder: str | Path, num_envs: int, env_id: str, asset_pack: str | None,
                  only_success: bool = True, action_noise: float = 0.0,
-                 scene_bodies: tuple[str, ...] = (), expert_kwargs: dict | None = None):
+                 scene_bodies: tuple[str, ...] = (), expert_kwargs: dict | None = None,
+                 env_kwargs: dict | None = None):
         self.folder = check_new_demo_folder(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
         self.only_success = only_success
         self.index: dict[str, Any] = {"format": FORMAT, "env_id": env_id, "asset_pack": asset_pack,
                                       "action_noise": action_noise, "expert_kwargs": dict(expert_kwargs or {}),
                                       "episodes": []}
+        if env_kwargs is not None:  # a model trained on these images needs them again (camera_crop)
+            self.index["env_kwargs"] = json.loads(json.dumps(env_kwargs, default=str))
         if scene_bodies:
             self.index["scene_bodies"] = list(scene_bodies)
         self.scene_bodies = tuple(scene_bodies)

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from shipped_paths import SHIPPED_WARM_START
 
+from real_robot.safety import SafetyLimits
 from vla_trainer.deploy.franka_eval import CheckpointMismatchError, check_fit, main, summary
 from vla_trainer.deploy.serve import PolicySpec
 
@@ -113,6 +114,61 @@ def test_one_episode_on_franky_sim_is_run_recorded_and_reported(franky_sim, reco
     assert "success_once" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("bad", [{"instruction": ""}, {"chunk_reset": "bogus"}])
+def test_a_bad_option_after_connecting_releases_the_arm_camera_and_watchdog(franky_sim, recording, tmp_path, bad):
+    import threading
+
+    from vla_envs.backends.franka.make import make_franka_vector_env
+
+    kwargs = dict(instruction="put carrot on plate", robot_ip=franky_sim, playback_file=str(recording),
+                  camera_file=_camera_file(tmp_path), operator="scripted", ignore_realtime=True,
+                  relative_dynamics_factor=0.5, safety_limits=SafetyLimits(max_relative_dynamics_factor=0.5))
+    with pytest.raises(ValueError, match="instruction|chunk_reset"):
+        make_franka_vector_env(**{**kwargs, **bad})
+    alive = [t.name for t in threading.enumerate() if t.name == "safety-watchdog" or t.name.endswith("-reader")]
+    assert alive == []
+    env = make_franka_vector_env(**kwargs)  # the arm and the camera are free again
+    env.close()
+
+
+@pytest.mark.slow
+def test_labelled_episodes_are_recorded_step_by_step_and_sft_trains_on_successes_only(franky_sim, recording,
+                                                                                       tmp_path):
+    import argparse
+
+    from vla_envs.backends.franka.make import make_franka_vector_env
+    from vla_envs.backends.franka.operator import ScriptedOperator
+    from vla_envs.demos import load_demos
+    from vla_trainer.data import build_samples
+    from vla_trainer.deploy.franka_eval import run_episodes
+    from vla_trainer.deploy.serve import PolicyService
+
+    policy = PolicyService(_no_crop_model(tmp_path))
+    args = argparse.Namespace(episodes=1, instruction="put carrot on plate")
+    for label in ("success", "failure"):
+        env = make_franka_vector_env(
+            instruction=args.instruction, robot_ip=franky_sim, playback_file=str(recording),
+            camera_file=_camera_file(tmp_path), operator=ScriptedOperator(label, after_steps=3), ignore_realtime=True,
+            relative_dynamics_factor=0.5, safety_limits=SafetyLimits(max_relative_dynamics_factor=0.5,
+                                                                     gripper_min_interval_s=0.0))
+        rows = []
+        try:
+            run_episodes(env, policy, args, tmp_path / label, rows)
+        finally:
+            env.close()
+        assert [r["label"] for r in rows] == [label]
+        index, (episode,) = load_demos(tmp_path / label / "episodes")
+        assert index["episodes"][0]["length"] == 3 == len(episode["action"])
+        assert index["env_kwargs"] == {"image_size": 64, "camera_crop": None}  # what SFT on them records
+        # the per-step record agrees with the episode's: the operator's success lands on the last step
+        np.testing.assert_array_equal(episode["success"], [False, False, label == "success"])
+        np.testing.assert_array_equal(episode["reward"], [0, 0, float(label == "success")])
+    samples = build_samples([tmp_path / "success" / "episodes", tmp_path / "failure" / "episodes"], chunk_size=8)
+    assert len(samples.action_chunk) == 3  # the failed episode's steps are not trained on
+    with pytest.raises(ValueError, match="no successful episodes"):
+        build_samples(tmp_path / "failure" / "episodes", chunk_size=8)
+
+
 @pytest.mark.slow
 def test_an_episode_through_the_robots_ros2_stack(franky_sim, recording, tmp_path, capsys):
     """``--ros-arm``: the same run with the arm reached through a franka_ros2-style stack's topics
@@ -169,7 +225,8 @@ def test_sigint_mid_episode_stops_the_arm_and_exits_130(franky_sim, recording, t
     import subprocess
     import sys
 
-    args = _without_crop(_args(franky_sim, recording, tmp_path, "--time-limit", "60"), _no_crop_model(tmp_path))
+    args = _without_crop(_args(franky_sim, recording, tmp_path, "--time-limit", "12"), _no_crop_model(tmp_path))
+    args[args.index("--episodes") + 1] = "2"
     exe = Path(sys.executable).with_name("franka-eval")
     # a terminal's foreground job gets Ctrl-C; a suite started in the background (``&``) ignores
     # SIGINT, and its children would inherit that and never see this one
@@ -177,8 +234,8 @@ def test_sigint_mid_episode_stops_the_arm_and_exits_130(franky_sim, recording, t
                             env={**os.environ, "HF_HUB_OFFLINE": "1"},
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
-        for line in proc.stdout:  # wait until the episode runs
-            if "running" in line:
+        for line in proc.stdout:  # wait until the second episode runs
+            if "episode 2/2: running" in line:
                 break
         time.sleep(1.0)
         proc.send_signal(signal.SIGINT)
@@ -189,6 +246,9 @@ def test_sigint_mid_episode_stops_the_arm_and_exits_130(franky_sim, recording, t
             pytest.fail(f"franka-eval did not exit 30 s after SIGINT; its stderr:\n{proc.communicate()[1][-4000:]}")
         assert code == 130
         assert "the arm was stopped" in proc.stderr.read()
+        numbers = json.loads((tmp_path / "out" / "results.json").read_text())  # the finished episode's table
+        assert numbers["episodes"] == 1 and numbers["stopped_early"] is True
+        assert "1 of 2 episodes" in (tmp_path / "out" / "results.md").read_text()
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -107,6 +107,25 @@ def test_first_frame_repeats_draw_each_episodes_first_frame_that_often(tmp_path)
     assert m["first_frame_repeats"] == 3  # recorded, so a published warm start says how it was made
 
 
+def test_an_sft_model_records_the_env_options_of_its_demos_and_serving_reads_them(tmp_path):
+    """A crop the demos were recorded with must reach the robot: the served spec reads it back."""
+    from vla_envs.demos import EpisodeRecorder
+    from vla_trainer.deploy.serve import PolicyService
+
+    a = write_demos(tmp_path / "a", episodes=1, steps=4)
+    crop = {"image_size": 64, "camera_crop": [190, 80, 460, 350]}
+    for folder in ("b", "c"):
+        recorder = EpisodeRecorder(tmp_path / folder, 1, "Synthetic-v0", None, env_kwargs=crop)
+        recorder.add({"image": np.zeros((1, 64, 64, 3), np.uint8), "state": np.zeros((1, 9), np.float32)},
+                     np.zeros((1, 7), np.float32), np.zeros(1, np.float32), np.ones(1, bool))
+        recorder.finish(0, "x", 0, {"success_once": 1.0, "success_at_end": 1.0, "return": 1.0})
+    cfg = SFTConfig(steps=1, batch_size=2, lr=1e-3, eval_samples=2)
+    train_sft(fresh_policy(), [tmp_path / "b", tmp_path / "c"], cfg, out_dir=tmp_path / "model", progress=False)
+    assert PolicyService(tmp_path / "model").spec.camera_crop == (190, 80, 460, 350)
+    # demos that do not say (or disagree) record nothing: the crop stays unknown, not guessed
+    assert train_sft(fresh_policy(), [a, tmp_path / "b"], cfg, progress=False)["env_kwargs"] is None
+
+
 def test_release_chunks_mark_the_chunks_that_hold_the_first_opening_after_a_grasp():
     def grip(*g):
         a = np.zeros((len(g), 7), np.float32)

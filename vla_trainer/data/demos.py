@@ -15,7 +15,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from vla_envs.demos import load_demos
+from vla_envs.demos import load_demos, load_index
 
 from .scene import scene_targets
 
@@ -78,23 +78,39 @@ def release_chunks(actions: np.ndarray, chunk_size: int) -> np.ndarray:
 DemoFolders = str | Path | Sequence[str | Path]
 
 
-def load_episodes(demo_dirs: DemoFolders) -> list[dict[str, np.ndarray]]:
-    """The episodes of one demo folder, or of several in the order given."""
+def load_episodes(demo_dirs: DemoFolders, only_success: bool = False) -> list[dict[str, np.ndarray]]:
+    """The episodes of one demo folder, or of several in the order given; with ``only_success``,
+    those whose index entry records ``success_once`` (recordings of the real robot, and demos
+    collected with ``--all``, hold failed episodes too)."""
     folders = [demo_dirs] if isinstance(demo_dirs, (str, Path)) else list(demo_dirs)
-    return [e for folder in folders for e in load_demos(folder)[1]]
+    episodes = []
+    for folder in folders:
+        index, arrays = load_demos(folder)
+        episodes += [e for entry, e in zip(index.get("episodes", []), arrays)
+                     if not only_success or float(entry.get("success_once", 1.0)) > 0.5]
+    return episodes
+
+
+def demos_env_kwargs(demo_dirs: DemoFolders) -> dict | None:
+    """The env options the demos were recorded with (index ``env_kwargs``), when every folder
+    records the same; None when one does not record them or they differ."""
+    folders = [demo_dirs] if isinstance(demo_dirs, (str, Path)) else list(demo_dirs)
+    found = [load_index(folder).get("env_kwargs") for folder in folders]
+    return found[0] if found and isinstance(found[0], dict) and all(f == found[0] for f in found) else None
 
 
 def build_samples(demo_dir: DemoFolders, chunk_size: int) -> SFTSamples:
-    """One sample per step of every episode in ``demo_dir`` (one folder or several; see
-    ``vla_envs.demos``).
+    """One sample per step of every successful episode in ``demo_dir`` (one folder or several;
+    see ``vla_envs.demos``): behaviour cloning copies what succeeded, never a failure.
 
     Raises:
-        FileNotFoundError / ValueError: not a demo folder, or it holds no steps.
+        FileNotFoundError / ValueError: not a demo folder, or it holds no successful steps.
     """
-    episodes = load_episodes(demo_dir)
+    episodes = load_episodes(demo_dir, only_success=True)
     episodes = [e for e in episodes if len(e["action"]) > 0]
     if not episodes:
-        raise ValueError(f"{demo_dir}: the demo folder holds no episodes with steps")
+        raise ValueError(f"{demo_dir}: the demo folder holds no successful episodes with steps (failed ones, which "
+                         f"recordings of the real robot keep, are not trained on)")
     return SFTSamples(
         image=np.concatenate([e["image"] for e in episodes]),
         state=np.concatenate([e["state"] for e in episodes]).astype(np.float32),

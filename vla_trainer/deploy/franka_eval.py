@@ -188,18 +188,19 @@ def summary(rows: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
     return "\n".join(lines), out
 
 
-def run_episodes(env, policy, args, out_dir: Path) -> list[dict[str, Any]]:
-    """The episodes, each recorded as a demo; returns one row per episode."""
+def run_episodes(env, policy, args, out_dir: Path, rows: list[dict[str, Any]]) -> None:
+    """The episodes, each recorded as a demo; appends one row per finished episode to ``rows``
+    (what was finished stays there when a later episode is interrupted)."""
     import numpy as np
 
     from vla_envs.backends.franka.twin import twin_action_from_scaled
     from vla_envs.demos import EpisodeRecorder
 
     backend = env.backend
-    recorder = EpisodeRecorder(out_dir / "episodes", 1, "franka/PutOnPlate-v0", None, only_success=False)
+    recorder = EpisodeRecorder(out_dir / "episodes", 1, "franka/PutOnPlate-v0", None, only_success=False,
+                               env_kwargs={"image_size": backend.image_size, "camera_crop": backend.camera_crop})
     seen: list[dict[str, np.ndarray]] = []
     env.add_step_observer(lambda s: seen.append({"image": s["obs"]["image"].copy(), "state": s["obs"]["state"].copy()}))
-    rows = []
     for episode in range(args.episodes):
         obs, _ = env.reset(seed=episode)
         print(f"episode {episode + 1}/{args.episodes}: running", flush=True)
@@ -211,9 +212,9 @@ def run_episodes(env, policy, args, out_dir: Path) -> list[dict[str, Any]]:
             before = [{"image": obs["image"], "state": obs["state"]}]
             out = env.chunk_step(chunk[None])
             before += seen[:-1]
-            for o, sent in zip(before, backend.sent_log):
+            for k, (o, sent) in enumerate(zip(before, backend.sent_log)):  # the sub-steps sent, in order
                 action = twin_action_from_scaled(sent.action)[None]
-                recorder.add(o, action, np.zeros(1, np.float32), np.zeros(1, bool))
+                recorder.add(o, action, out.rewards[:, k], out.info["success"][:, k])
             seen.clear()
             backend.sent_log.clear()
             obs = out.obs
@@ -223,7 +224,6 @@ def run_episodes(env, policy, args, out_dir: Path) -> list[dict[str, Any]]:
         recorder.finish(0, args.instruction, 0, {k: v for k, v in info.items()}, extra={"label": label})
         rows.append(_episode_row(info, label))
         print(f"episode {episode + 1}/{args.episodes}: {label}, {int(info['length'])} steps", flush=True)
-    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -255,6 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     previous = signal.signal(signal.SIGTERM, _interrupt)
     env = None
     rows: list[dict[str, Any]] = []
+    status = 0
     try:
         env = make_franka_vector_env(
             robot_ip=args.robot_ip, ros_arm=args.ros_arm, instruction=args.instruction, camera_serial=args.camera_serial,
@@ -262,30 +263,34 @@ def main(argv: list[str] | None = None) -> int:
             time_limit=args.time_limit, safety_limits=args.safety_limits, dry_run=args.dry_run,
             operator=args.operator, relative_dynamics_factor=args.relative_dynamics,
             ignore_realtime=args.ignore_realtime)
-        rows = run_episodes(env, policy, args, args.out)
+        run_episodes(env, policy, args, args.out, rows)
     except KeyboardInterrupt:
         print("\ninterrupted: the arm was stopped; episodes so far are in "
               f"{args.out / 'episodes'}", file=sys.stderr)
-        return 130
+        status = 130
     except RealtimeKernelError as e:
         print(f"error: {RealtimeKernelError(e.detail, 'pass --ignore-realtime')}", file=sys.stderr)
-        return 2
+        status = 2
     except (ConnectionError, ValueError, FileNotFoundError, TimeoutError, EOFError, RealRobotError) as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
+        status = 2
     finally:
         if env is not None:
             env.close()
         signal.signal(signal.SIGTERM, previous)
-    table, numbers = summary(rows)
-    header = (f"checkpoint: {policy.spec.model_dir}; instruction: {args.instruction!r}; {len(rows)} episodes on "
-              f"the real Franka at {args.robot_ip or args.ros_arm}{' (dry run)' if args.dry_run else ''}; "
-              f"{time.strftime('%Y-%m-%d %H:%M')}")
+    if status and not rows:
+        return status
+    table, numbers = summary(rows)  # after a fault: the episodes finished before it
+    header = (f"checkpoint: {policy.spec.model_dir}; instruction: {args.instruction!r}; {len(rows)} "
+              f"{'' if not status else f'of {args.episodes} '}episodes on the real Franka at "
+              f"{args.robot_ip or args.ros_arm}{' (dry run)' if args.dry_run else ''}"
+              f"{'' if not status else ' (stopped early)'}; {time.strftime('%Y-%m-%d %H:%M')}")
     print(f"\n{header}\n\n{table}")
     (args.out / "results.md").write_text(f"{header}\n\n{table}\n")
     (args.out / "results.json").write_text(json.dumps({"checkpoint": policy.spec.model_dir, **numbers,
-                                                       "episodes_rows": rows}, indent=1))
-    return 0
+                                                       "episodes_rows": rows, "stopped_early": bool(status)},
+                                                      indent=1))
+    return status
 
 
 def run_ros(args, crop) -> int:

@@ -83,13 +83,14 @@ def collect_corrections(policy: VLAPolicy, env_id: str, out_dir: str | Path, num
     env = gym.make(env_id, num_envs=num_envs, **kwargs)
     try:
         return _collect(env, spec, policy, out_dir, num_episodes, handover_steps, grasp_delays or [], only_held,
-                        temperature, seed, only_success)
+                        temperature, seed, only_success, kwargs)
     finally:
         env.close()
 
 
 def _collect(env, spec, policy: VLAPolicy, out_dir, num_episodes: int, handover_steps: list[int],
-             grasp_delays: list[int], only_held: bool, temperature: float, seed: int, only_success: bool) -> dict:
+             grasp_delays: list[int], only_held: bool, temperature: float, seed: int, only_success: bool,
+             env_kwargs: dict | None = None) -> dict:
     base = env
     C = policy.chunk_size
     check_handover_steps(handover_steps, C, base.max_episode_steps)
@@ -103,7 +104,7 @@ def _collect(env, spec, policy: VLAPolicy, out_dir, num_episodes: int, handover_
     if only_held:
         expert_kwargs["only_held"] = True
     recorder = EpisodeRecorder(out_dir, n, spec.id, getattr(base, "asset_pack", None), only_success=only_success,
-                               scene_bodies=SCENE_BODIES, expert_kwargs=expert_kwargs)
+                               scene_bodies=SCENE_BODIES, expert_kwargs=expert_kwargs, env_kwargs=env_kwargs)
     rng = np.random.default_rng(seed)
     generator = torch.Generator().manual_seed(seed)
 

@@ -24,7 +24,8 @@ from tqdm import tqdm
 
 from vla_trainer.checkpoint import check_model_out_dir, save_model, write_atomic_dir
 from vla_trainer.config.sft import SFTConfig
-from vla_trainer.data import TARGETS_PER_BODY, DemoFolders, SFTSamples, build_samples, epoch_pool, load_episodes, resize_images
+from vla_trainer.data import (TARGETS_PER_BODY, DemoFolders, SFTSamples, build_samples, demos_env_kwargs, epoch_pool,
+                               load_episodes, resize_images)
 from vla_trainer.metrics_log import sft_curve
 from vla_trainer.models import VLAPolicy
 from vla_trainer.models.openvla import VLAOutput
@@ -84,7 +85,7 @@ def action_error_by_step(policy: VLAPolicy, demo_dir: DemoFolders, steps: tuple[
         ``{t: {"policy": [A], "zero": [A], "episodes": n}}``: mean ``|a_policy - a_expert|`` and
         ``|a_expert|`` over the ``n`` episodes longer than ``t`` (``t`` without any is left out).
     """
-    episodes = load_episodes(demo_dir)
+    episodes = load_episodes(demo_dir, only_success=True)
     was_training = policy.model.training
     policy.model.eval()
     report = {}
@@ -260,6 +261,7 @@ def train_sft(
         "final_scene_loss": float(np.mean(scene_history[-(cfg.log_every or 1):])) if scene_history else None,
         "curve": curve + [{"step": cfg.steps, **after}] if cfg.eval_every else None,
         "settings": cfg.to_dict(),
+        "env_kwargs": demos_env_kwargs(demo_dir),  # what the model needs its images made with (camera_crop)
         "checkpoint": None,
     }
     if out_dir is not None:
