@@ -30,6 +30,7 @@ class ToyEnv(TaskEnv):
         self._t = 0
         self._sid = 0
         self._fail = None
+        self._was_reset = False
 
     def _obs(self, a0: float = 0.0):
         img = np.full((H, W, 3), (self._sid + self._t) % 256, np.uint8)
@@ -40,9 +41,12 @@ class ToyEnv(TaskEnv):
         super().reset(seed=seed)
         self._sid = self.state_id_from(seed, options)
         self._t = 0
+        self._was_reset = True
         return self._obs(), {}
 
     def step(self, action):
+        if not self._was_reset:  # as LIBERO's env, which has no simulator before its first reset
+            raise RuntimeError("ToyEnv stepped before its first reset")
         if self._fail == "raise":
             self._fail = None
             raise ValueError("toy env failure on purpose")

@@ -70,6 +70,22 @@ def test_reset_puts_the_simulator_in_the_official_init_state():
         env.close()
 
 
+def test_an_initial_state_id_is_one_scene_fixtures_included():
+    """LIBERO draws fixture placements (model parameters, not in the sim state) from numpy's global
+    generator at every reset: two envs, and one env after another task, must agree on them."""
+    env = gym.make("libero_spatial", num_envs=2, image_size=64, settle_steps=0)
+    try:
+        obs, _ = env.reset(options={"state_ids": np.array([3, 3])})
+        np.testing.assert_array_equal(obs["image"][0], obs["image"][1])
+        first = env.backend.call(0, "fixture_positions")
+        assert first and first == env.backend.call(1, "fixture_positions")
+        env.reset(options={"state_ids": np.array([INIT_STATES_PER_TASK + 3, 3])})  # env 0: another task
+        env.reset(options={"state_ids": np.array([3, 3])})
+        assert env.backend.call(0, "fixture_positions") == first == env.backend.call(1, "fixture_positions")
+    finally:
+        env.close()
+
+
 def test_a_worker_switches_task_in_place():
     env = gym.make("libero_130", num_envs=1, **SMALL)
     try:

@@ -137,6 +137,48 @@ def test_restart_crashed_worker_truncates_its_episode_and_the_batch_goes_on():
         env.close()
 
 
+@pytest.mark.parametrize("contract", [dict(auto_reset=True, skip_finished_actions=False),
+                                      dict(auto_reset=False, skip_finished_actions=False)])
+def test_a_restarted_worker_is_not_stepped_before_it_is_reset(contract):
+    backend = ProcessPoolBackend([functools.partial(ToyEnv, 50)] * 2, restart_crashed=True)
+    env = ChunkVectorEnv(backend, **contract)
+    try:
+        env.reset(seed=0)
+        os.kill(backend.pids[1], signal.SIGKILL)
+        with pytest.warns(RuntimeWarning, match="env worker 1"):
+            out = env.chunk_step(np.zeros((2, 3, 7), np.float32))  # the rest of the chunk: not sent to it
+        assert out.info["truncation_reason"][1] == "worker_crashed" and out.valid[0].all()
+        out = env.chunk_step(np.zeros((2, 2, 7), np.float32))
+        assert out.valid[0].all() and out.valid[1].all() == contract["auto_reset"]
+        if not contract["auto_reset"]:
+            env.reset(options={"reset_mask": np.array([False, True])})
+            assert env.chunk_step(np.zeros((2, 2, 7), np.float32)).valid.all()
+    finally:
+        env.close()
+
+
+def test_after_a_worker_error_the_others_answer_their_own_commands():
+    """A death found while sending, and a hang, raise; what the other workers answer is read then,
+    never taken later for the answer to another command."""
+    backend = ProcessPoolBackend([functools.partial(ToyEnv, 50)] * 3, step_timeout_s=2)
+    try:
+        backend.reset(np.arange(3), np.array([1, 2, 3]))
+        os.kill(backend.pids[2], signal.SIGKILL)
+        backend._procs[2].join(5)
+        with pytest.raises(WorkerError, match="env worker 2"):
+            backend.step(np.zeros((3, 7), np.float32), np.ones(3, bool))
+        assert backend.reset(np.arange(2), np.array([7, 8]))[1] == ["count from 7", "count from 8"]
+        hung = backend.pids[0]
+        os.kill(hung, signal.SIGSTOP)
+        with pytest.raises(WorkerError, match="env worker 0 .* did not answer within 2 s while stepping; it was killed"):
+            backend.step(np.zeros((3, 7), np.float32), np.array([True, True, False]))
+        with pytest.raises(ProcessLookupError):
+            os.kill(hung, signal.SIGCONT)  # killed: no late answer can follow
+        assert backend.reset(np.array([1]), np.array([9]))[1] == ["count from 9"]
+    finally:
+        backend.close()
+
+
 def test_without_restart_a_crashed_worker_still_raises():
     backend = ProcessPoolBackend([functools.partial(ToyEnv, 50)] * 2)
     try:

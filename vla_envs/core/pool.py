@@ -162,6 +162,8 @@ class ProcessPoolBackend(BatchedBackend):
         self._env_fns, self._threads = list(env_fns), threads_per_worker
         self.start_timeout_s, self.restart_crashed = start_timeout_s, bool(restart_crashed)
         self.restarts = 0
+        self._unreset: set[int] = set()
+        """Restarted workers not reset since: stepping them would step a simulator with no episode."""
         self._conns: list[connection.Connection] = []
         self._procs: list[mp.process.BaseProcess] = []
         for i in range(self.num_envs):
@@ -211,6 +213,7 @@ class ProcessPoolBackend(BatchedBackend):
         self._recv(i, _STARTING, self.start_timeout_s)
         self._conns[i].send(("attach", self._layout))
         self._recv(i, "attaching shared memory", self.start_timeout_s)
+        self._unreset.add(i)
         self.restarts += 1
 
     def _died(self, i: int, error: BaseException) -> bool:
@@ -219,9 +222,6 @@ class ProcessPoolBackend(BatchedBackend):
         if not (self.restart_crashed and isinstance(error, WorkerError)):
             return False
         proc = self._procs[i]
-        if error.hung and proc.is_alive():
-            proc.kill()  # SIGKILL also ends a stopped process
-            proc.join(5)
         return not proc.is_alive() and proc.exitcode is not None
 
     # -------------------------------------------------------------- protocol
@@ -232,8 +232,12 @@ class ProcessPoolBackend(BatchedBackend):
             if proc.sentinel in ready or not proc.is_alive():
                 proc.join(1)
                 raise self._death(i, doing)
+            # killed: its late answer would otherwise be read as the answer to the next command
+            proc.kill()  # SIGKILL also ends a stopped process
+            proc.join(5)
             raise WorkerError(f"env worker {i} (pid {proc.pid}) did not answer within "
-                              f"{timeout_s or self.step_timeout_s:g} s while {doing}", env_index=i, hung=True)
+                              f"{timeout_s or self.step_timeout_s:g} s while {doing}; it was killed",
+                              env_index=i, hung=True)
         try:
             status, payload = conn.recv()
         except (EOFError, ConnectionError):
@@ -272,15 +276,24 @@ class ProcessPoolBackend(BatchedBackend):
                               f"{_describe_exit(proc.exitcode)}", env_index=i) from None
 
     def _send_all(self, ids: np.ndarray, msgs: list[tuple], doing: str) -> list[int]:
-        """Sends each worker its message; returns those found dead (restart_crashed only)."""
-        dead = []
+        """Sends each worker its message; returns those found dead (restart_crashed only). A death
+        that cannot be restarted is raised after the others' answers are read: the pipes stay in step."""
+        dead, sent, first_error = [], [], None
         for i, msg in zip(ids, msgs):
             try:
                 self._send(int(i), msg, doing)
+                sent.append(int(i))
             except WorkerError as e:
-                if not self._died(int(i), e):
-                    raise
-                dead.append(int(i))
+                if self._died(int(i), e):
+                    dead.append(int(i))
+                elif first_error is None:
+                    first_error = e
+        if first_error is not None:
+            try:
+                self._gather(np.array(sent, np.int64), doing)
+            except BaseException:  # noqa: BLE001  the first failure is the one to report
+                pass
+            raise first_error
         return dead
 
     def _death(self, i: int, doing: str) -> WorkerError:
@@ -321,11 +334,12 @@ class ProcessPoolBackend(BatchedBackend):
                 self._send(i, msgs[p], "resetting")
             for i, p in zip(crashed, pos):
                 instructions[p] = self._recv(i, "resetting")
+        self._unreset.difference_update(map(int, env_ids))
         return {k: self._views[k][env_ids].copy() for k in self._keys}, instructions
 
     def step(self, actions: np.ndarray, active: np.ndarray) -> StepResult:
         n = self.num_envs
-        ids = np.flatnonzero(active)
+        ids = np.array([i for i in np.flatnonzero(active) if i not in self._unreset], np.int64)
         dead = self._send_all(ids, [("step", actions[i]) for i in ids], "stepping")
         answers, crashed = self._gather_crashes(ids, "stepping", dead)
         reward, terminated, success = np.zeros(n, np.float32), np.zeros(n, bool), np.zeros(n, bool)

@@ -113,11 +113,19 @@ class LiberoTaskEnv(TaskEnv):
     # ------------------------------------------------------------------ gymnasium API
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
-        task_index, init_index = self.task_of(self.state_id_from(seed, options))
+        state_id = self.state_id_from(seed, options)
+        task_index, init_index = self.task_of(state_id)
         task = self.tasks[task_index]
         if task_index != self._task_index or self._env is None:
             self._build(task_index)  # another task: a new simulator, same process
-        self._env.reset()
+        # LIBERO places fixtures (stove, cabinet, ...) with numpy's global generator, into model
+        # parameters that set_init_state does not restore: drawn from the id, an id is one scene
+        outer = np.random.get_state()
+        np.random.seed(state_id)
+        try:
+            self._env.reset()
+        finally:
+            np.random.set_state(outer)
         raw = self._env.set_init_state(init_states(task)[init_index])
         for _ in range(self.settle_steps):
             raw, _, _, _ = self._env.step(SETTLE_ACTION)
@@ -139,6 +147,13 @@ class LiberoTaskEnv(TaskEnv):
 
     def sim_state(self) -> np.ndarray:
         return self._env.get_sim_state()
+
+    def fixture_positions(self) -> dict[str, list[float]]:
+        """Where the scene's fixtures stand (model parameters, not part of ``sim_state``)."""
+        inner = self._env.env
+        model = inner.sim.model
+        return {name: model.body_pos[model.body_name2id(fixture.root_body)].tolist()
+                for name, fixture in inner.fixtures_dict.items()}
 
     def close(self) -> None:
         if self._env is not None:
