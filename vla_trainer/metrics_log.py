@@ -15,7 +15,15 @@ from pathlib import Path
 
 
 class MetricLogger:
-    def __init__(self, run_dir: Path, backends: list[str], experiment_name: str, config: dict | None = None):
+    """Writes one record per iteration to every backend.
+
+    Args:
+        purge_after_step: TensorBoard drops what earlier writers logged at steps (env steps) after
+            this one: the iterations a resumed run does again (-1: a new run, all of it).
+    """
+
+    def __init__(self, run_dir: Path, backends: list[str], experiment_name: str, config: dict | None = None,
+                 purge_after_step: int = -1):
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.jsonl = self.run_dir / "metrics.jsonl"
@@ -24,7 +32,7 @@ class MetricLogger:
         if "tensorboard" in backends:
             from torch.utils.tensorboard import SummaryWriter
 
-            self.tb = SummaryWriter(str(self.run_dir / "tensorboard"))
+            self.tb = SummaryWriter(str(self.run_dir / "tensorboard"), purge_step=purge_after_step + 1)
         if "wandb" in backends:
             try:
                 import wandb

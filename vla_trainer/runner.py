@@ -28,7 +28,8 @@ from tqdm import tqdm
 
 from vla_trainer.algorithms import explained_variance
 from vla_trainer.build import rollout_key
-from vla_trainer.checkpoint import latest_checkpoint, read_train_state, resolve_resume, write_text_atomic
+from vla_trainer.checkpoint import (latest_checkpoint, read_train_state, remove_leftovers, resolve_resume,
+                                    write_text_atomic)
 from vla_trainer.config import check_batch_sizes, to_dict, to_yaml
 from vla_trainer.config.schema import TrainConfig
 from vla_trainer.metrics_log import MetricLogger, read_metrics, success_curve
@@ -69,6 +70,8 @@ def train(cfg: TrainConfig, run_dir: str | Path | None = None) -> TrainResult:
     run_dir = Path(run_dir or Path(cfg.runner.logger.log_path) / cfg.runner.logger.experiment_name)
     if run_dir.exists() and not run_dir.is_dir():
         raise ValueError(f"the run folder {run_dir} is a file; give a folder (--run-dir)")
+    if (run_dir / "checkpoints").is_dir():  # a save killed between its two renames hid the checkpoint: put it back
+        remove_leftovers(run_dir / "checkpoints")
     resume_from = resolve_resume(cfg.runner.resume_dir, run_dir) if cfg.runner.resume_dir else None
     if resume_from is None and (earlier := latest_checkpoint(run_dir)) is not None:
         # a new run there would overwrite the earlier run's records and, step by step, its checkpoints
@@ -92,10 +95,13 @@ def _loop(cfg: TrainConfig, run_dir: Path, runtime, state: dict, resume_from: Pa
           samples: int) -> TrainResult:
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(to_yaml(cfg))
-    if resume_from is not None:  # iterations logged after the checkpoint are run again: drop their records
-        kept = [r for r in read_metrics(run_dir) if r["iteration"] <= state["iteration"]]
+    # iterations logged after the checkpoint are run again: drop their records (a new run: a run that
+    # died before its first checkpoint may have left some)
+    kept = [r for r in read_metrics(run_dir) if r["iteration"] <= state["iteration"]] if resume_from else []
+    if kept or (run_dir / "metrics.jsonl").exists():
         write_text_atomic(run_dir / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in kept))
-    logger = MetricLogger(run_dir, cfg.runner.logger.logger_backends, cfg.runner.logger.experiment_name, to_dict(cfg))
+    logger = MetricLogger(run_dir, cfg.runner.logger.logger_backends, cfg.runner.logger.experiment_name, to_dict(cfg),
+                          purge_after_step=state["env_steps"] if resume_from else -1)
     asset_pack = runtime.asset_pack
     state["asset_pack"] = asset_pack
     print(f"run {run_dir}: placement {runtime.describe()}, task {cfg.env.train.task}"

@@ -167,6 +167,61 @@ def test_killed_mid_save_the_last_whole_checkpoint_is_always_found(saver, tmp_pa
     assert names == [f"iter_{start - 1:06d}", f"iter_{start:06d}", "latest"], names
 
 
+def test_a_gpu_runs_optimizer_state_resumes_in_a_driver_without_a_gpu(saver, tmp_path, monkeypatch):
+    """A GPU actor's Adam moments are saved tagged cuda:0; the resume reads them in the driver."""
+    import torch.serialization
+
+    from vla_trainer.checkpoint import read_train_state
+
+    real_tag = torch.serialization.location_tag
+    with monkeypatch.context() as m:  # what torch.save writes for tensors that live on a GPU
+        m.setattr(torch.serialization, "location_tag",
+                  lambda storage: "cuda:0" if storage.nbytes() > 64 else real_tag(storage))
+        saver[1](tmp_path / "run", start=1, count=1)
+    assert not torch.cuda.is_available()
+    state = read_train_state(latest_checkpoint(tmp_path / "run"), load_config("cpu_grpo_tiny_put_on_plate"))
+    moments = [v for s in state["optimizer"]["state"].values() for v in s.values() if v.numel() > 16]
+    assert moments and all(v.device.type == "cpu" for v in moments)
+
+
+@pytest.mark.reliability(fault='an interrupt while a checkpoint of the same name is replaced', cases=1,
+                         outcome='the previous checkpoint is back under its name; latest finds it')
+def test_an_interrupt_while_replacing_a_checkpoint_puts_the_previous_one_back(saver, tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    saver[1](run, start=1, count=2)
+    real_rename = Path.rename
+
+    def interrupted(self, target):  # Ctrl-C just before the new iter_000002 is renamed in
+        if ".tmp-" in self.name and Path(target).name == "iter_000002":
+            raise KeyboardInterrupt
+        return real_rename(self, target)
+
+    with monkeypatch.context() as m:
+        m.setattr(Path, "rename", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            saver[1](run, start=2, count=1)  # a resume from iteration 1 saves iteration 2 again
+    assert latest_checkpoint(run) == run / "checkpoints" / "iter_000002" and _whole(latest_checkpoint(run)) == 2
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["iter_000001", "iter_000002", "latest"]
+
+
+def test_a_checkpoint_is_on_the_disk_before_latest_names_it(saver, tmp_path, monkeypatch):
+    """fsync of every file and of the folders before the renames that publish them: after a power
+    loss, latest never names files the disk did not receive."""
+    events: list[str] = []
+    real_fsync, real_replace = os.fsync, os.replace
+    monkeypatch.setattr(os, "fsync", lambda fd: (events.append("fsync " + os.readlink(f"/proc/self/fd/{fd}")),
+                                                 real_fsync(fd))[1])
+    monkeypatch.setattr(os, "replace", lambda a, b: (events.append(f"replace {b}"), real_replace(a, b))[1])
+    saver[1](tmp_path / "run", start=1, count=1)
+    ckpt = tmp_path / "run" / "checkpoints"
+    published = events.index(f"replace {ckpt / 'latest'}")
+    synced = {e.split(" ", 1)[1] for e in events[:published] if e.startswith("fsync ")}
+    tmp_dirs = {Path(p).parents[1].name for p in synced if Path(p).name == "model.safetensors"}
+    assert len(tmp_dirs) == 1 and tmp_dirs.pop().startswith(".iter_000001.tmp-")  # the data, before its rename
+    assert any(p.endswith("trainer_state.pt") for p in synced) and str(ckpt) in synced  # the folder's renames
+    assert f"fsync {ckpt}" in events[published:]  # and the pointer's replace
+
+
 # --------------------------------------------------------------------- corrupt checkpoints
 def _cut(path: Path) -> None:
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])

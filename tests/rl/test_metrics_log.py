@@ -22,3 +22,24 @@ def test_wandb_without_api_key_logs_offline_instead_of_prompting(tmp_path, monke
     runs = list((tmp_path / "run" / "wandb").glob("offline-run-*"))
     assert len(runs) == 1 and list(runs[0].glob("*.wandb"))
     assert list((tmp_path / "run" / "tensorboard").glob("events.out.tfevents.*"))
+
+
+def test_tensorboard_drops_what_a_resumed_run_logs_again_and_what_a_dead_run_left(tmp_path):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    def logged(purge_after_step, records):
+        log = MetricLogger(tmp_path / "run", ["tensorboard"], "exp", purge_after_step=purge_after_step)
+        for r in records:
+            log.log(r)
+        log.close()
+        acc = EventAccumulator(str(tmp_path / "run" / "tensorboard"))
+        acc.Reload()
+        return [(e.step, e.value) for e in acc.Scalars("actor/policy_loss")]
+
+    first = [{"iteration": i, "env_steps": 8 * i, "actor/policy_loss": float(i)} for i in (1, 2)]
+    assert logged(-1, first) == [(8, 1.0), (16, 2.0)]
+    # resumed from the checkpoint of iteration 1 (8 env steps): iteration 2 is logged again, once
+    assert logged(8, [{"iteration": 2, "env_steps": 16, "actor/policy_loss": 5.0}]) == [(8, 1.0), (16, 5.0)]
+    # a new run in the folder: nothing of the earlier writers is shown
+    assert logged(-1, [{"iteration": 1, "env_steps": 8, "actor/policy_loss": 7.0}]) == [(8, 7.0)]

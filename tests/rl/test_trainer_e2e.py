@@ -149,6 +149,10 @@ def test_resume_continues_exactly_and_refuses_another_config(tmp_path):
                                                          "actor.optim.lr=0.5"]), run_dir=tmp_path / "b")
     # the refused resume left the last good checkpoint as it was
     assert all(torch.equal(b[k], v) for k, v in _weights(resumed.run_dir, 2).items())
+    # a run that died before its first checkpoint left its records: the command run again replaces them
+    shutil.copytree(tmp_path / "a", tmp_path / "c", ignore=shutil.ignore_patterns("checkpoints"))
+    again = train(load_config("cpu_ppo_tiny_put_on_plate", [*base, "runner.max_epochs=1"]), run_dir=tmp_path / "c")
+    assert [r["iteration"] for r in read_metrics(again.run_dir)] == [1]
 
 
 def test_cli_errors_name_the_key_and_print_config(capsys, tmp_path):

@@ -98,8 +98,10 @@ def read_train_state(checkpoint: Path, cfg: TrainConfig) -> dict:
     check_resumable(meta["fingerprint_keys"], fingerprint(to_dict(cfg)), checkpoint)
     path = checkpoint / "trainer_state.pt"
     try:
-        # weights_only: tensors and plain values only, so a checkpoint from elsewhere cannot run code
-        state = torch.load(path, weights_only=True)
+        # weights_only: tensors and plain values only, so a checkpoint from elsewhere cannot run code.
+        # map_location: a GPU actor's optimizer moments are tagged cuda:N, and this runs in the driver
+        # (maybe without a GPU); load_state_dict moves them onto each parameter's device
+        state = torch.load(path, weights_only=True, map_location="cpu")
     except Exception as e:  # noqa: BLE001  (torch raises RuntimeError, EOFError, UnpicklingError, ...)
         raise CorruptCheckpointError(f"{path} cannot be read ({type(e).__name__}: {str(e).splitlines()[0]}); the "
                                      f"file is damaged or was cut short{instead}") from None
