@@ -492,8 +492,8 @@ class SafetyLayer:
                         self._stepped_s = time.monotonic()
                         if self._stops != stops:  # a stop cut the move (or came just before it began)
                             self.arm.stop()
-                            return replace(sent, gripper_close=bool(self._gripper_closed),
-                                                       gripper_changed=False, preempted=True)
+                            return replace(sent, gripper_close=bool(self._gripper_closed), gripper_changed=False,
+                                           preempted=True)
                     if gripper_changed:
                         self.arm.set_gripper(close, permit=self._permit)
                 if gripper_changed:
