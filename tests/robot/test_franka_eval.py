@@ -31,6 +31,11 @@ def test_a_checkpoint_that_does_not_fit_the_env_is_named_on_both_sides():
         check_fit(PolicySpec(64, 9, 8, 7, None, "m"), image_size=None, camera_crop=None, state_dim=16)
     with pytest.raises(CheckpointMismatchError, match="6-D actions"):
         check_fit(PolicySpec(64, 16, 8, 6, None, "m"), image_size=None, camera_crop=None, state_dim=16)
+    # a crop in pixels of the training camera's 640x480 images means another view at 1280x720
+    spec = PolicySpec(64, 16, 8, 7, (190, 80, 460, 350), "m", camera_hw=(480, 640))
+    assert check_fit(spec, image_size=None, camera_crop=None, state_dim=16, camera_hw=(480, 640))[1] == spec.camera_crop
+    with pytest.raises(CheckpointMismatchError, match=r"training camera's 640x480 images; the camera file gives 1280x720"):
+        check_fit(spec, image_size=None, camera_crop=None, state_dim=16, camera_hw=(720, 1280))
 
 
 def test_the_summary_has_both_success_notions_with_intervals():

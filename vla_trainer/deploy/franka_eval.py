@@ -39,7 +39,8 @@ class CheckpointMismatchError(ValueError):
 
 
 def check_fit(spec, *, image_size: int | None, camera_crop: tuple[int, int, int, int] | None,
-              state_dim: int, action_dim: int = 7) -> tuple[int, tuple[int, int, int, int] | None]:
+              state_dim: int, action_dim: int = 7,
+              camera_hw: tuple[int, int] | None = None) -> tuple[int, tuple[int, int, int, int] | None]:
     """The image size and camera crop to run with, after checking the policy against the env.
 
     Args:
@@ -47,6 +48,8 @@ def check_fit(spec, *, image_size: int | None, camera_crop: tuple[int, int, int,
         image_size: asked for on the command line (None: the checkpoint's).
         camera_crop: asked for on the command line (None: the checkpoint's, if it records one).
         state_dim: the env's ``state`` width.
+        camera_hw: (height, width) of the env's camera file: a crop counts pixels of the training
+            camera's images, and means another part of the view in images of another size.
 
     Raises:
         CheckpointMismatchError: naming the quantity, the checkpoint's value and the env's.
@@ -64,6 +67,8 @@ def check_fit(spec, *, image_size: int | None, camera_crop: tuple[int, int, int,
     if camera_crop is not None and spec.camera_crop is not None and tuple(camera_crop) != tuple(spec.camera_crop):
         raise CheckpointMismatchError(f"camera crop: the checkpoint was trained on crop {tuple(spec.camera_crop)}, "
                                       f"--camera-crop asks for {tuple(camera_crop)}")
+    if camera_hw is not None and (why := spec.crop_mismatch(crop, camera_hw)):
+        raise CheckpointMismatchError(why)
     return spec.image_size, crop
 
 
@@ -229,6 +234,7 @@ def run_episodes(env, policy, args, out_dir: Path, rows: list[dict[str, Any]]) -
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from vla_envs.backends.franka.twin import STATE_DIM
+    from vla_envs.camera_file import load_camera_file
     from vla_trainer.deploy.serve import PolicyService
 
     if problem := check_files(args) or check_out(args):
@@ -236,8 +242,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         policy = PolicyService(args.checkpoint)
+        camera = load_camera_file(args.camera_file)
         image_size, crop = check_fit(policy.spec, image_size=args.image_size, camera_crop=args.camera_crop,
-                                     state_dim=STATE_DIM)
+                                     state_dim=STATE_DIM, camera_hw=(camera.height, camera.width))
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

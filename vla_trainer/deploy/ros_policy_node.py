@@ -211,6 +211,8 @@ def main(argv: list[str] | None = None) -> int:
             start_s = time.monotonic()
             policy = PolicyService(p["checkpoint"], device=p["device"])
             crop, hw = resolve_camera(p["camera_crop"], p["camera_file"], p["camera_hw"], policy.spec.camera_crop)
+            if why := policy.spec.crop_mismatch(crop, hw):
+                raise ValueError(why)
             PolicyNode(node, policy, instruction=p["instruction"], camera_crop=crop, camera_hw=hw,
                        control_period_s=p["control_period_s"], ready_timeout_s=p["ready_timeout_s"],
                        max_image_age_s=p["max_image_age_s"])

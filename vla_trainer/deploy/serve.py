@@ -139,6 +139,18 @@ class PolicySpec:
     """The camera crop the policy was trained with, when the checkpoint records it."""
     model_dir: str
     """The model folder that was loaded."""
+    camera_hw: tuple[int, int] | None = None
+    """(height, width) of the training camera's images, whose pixels ``camera_crop`` counts, when known."""
+
+    def crop_mismatch(self, crop: tuple[int, int, int, int] | None, camera_hw: tuple[int, int]) -> str | None:
+        """Why ``crop`` on frames of ``camera_hw`` is not the view this checkpoint was trained on
+        (a crop counts pixels: on frames of another size it is another part of the view); None if it is."""
+        if crop is None or self.camera_hw is None or tuple(self.camera_hw) == tuple(camera_hw):
+            return None
+        (h, w), (th, tw) = camera_hw, self.camera_hw
+        return (f"camera crop {tuple(crop)} counts pixels of the training camera's {tw}x{th} images; the camera "
+                f"file gives {w}x{h} images, where it is another part of the view: calibrate at {tw}x{th}, or "
+                f"train with this camera file")
 
 
 def training_env_kwargs(model_dir: Path) -> dict[str, Any] | None:
@@ -164,6 +176,18 @@ def training_env_kwargs(model_dir: Path) -> dict[str, Any] | None:
     return None
 
 
+def _camera_hw(camera_file: str | None) -> tuple[int, int] | None:
+    """(height, width) of a training run's camera file (None: the default camera); None when the
+    file is not on this machine."""
+    from vla_envs.camera_file import load_camera_file
+
+    try:
+        camera = load_camera_file(camera_file)
+    except (OSError, ValueError):
+        return None
+    return camera.height, camera.width
+
+
 class PolicyService:
     """A checkpoint ready to act on one robot observation at a time (thread-safe).
 
@@ -183,12 +207,14 @@ class PolicyService:
         model, tokenizer, model_dir = load_model(checkpoint)
         self.policy = VLAPolicy(model.to(device), tokenizer)
         self.greedy, self.temperature = greedy, temperature
-        crop = (training_env_kwargs(model_dir) or {}).get("camera_crop")
+        kwargs = training_env_kwargs(model_dir) or {}
+        crop = kwargs.get("camera_crop")
         cfg = self.policy.config
         self.spec = PolicySpec(image_size=int(cfg.image_size), state_dim=int(cfg.proprio_dim or 0),
                                chunk_size=int(cfg.chunk_size), action_dim=int(cfg.action_dim),
                                camera_crop=None if crop is None else tuple(int(v) for v in crop),
-                               model_dir=str(model_dir))
+                               model_dir=str(model_dir),
+                               camera_hw=None if crop is None else _camera_hw(kwargs.get("camera_file")))
         self._lock = threading.Lock()
 
     def act(self, image: np.ndarray, instruction: str, state: np.ndarray | None = None) -> np.ndarray:
@@ -301,10 +327,10 @@ class PolicyClient:
 
     def describe(self) -> PolicySpec:
         reply, _ = self._call({"type": "describe"})
-        crop = reply.get("camera_crop")
+        crop, hw = reply.get("camera_crop"), reply.get("camera_hw")
         return PolicySpec(image_size=reply["image_size"], state_dim=reply["state_dim"], chunk_size=reply["chunk_size"],
                           action_dim=reply["action_dim"], camera_crop=None if crop is None else tuple(crop),
-                          model_dir=reply["model_dir"])
+                          model_dir=reply["model_dir"], camera_hw=None if hw is None else tuple(hw))
 
     def act(self, image: np.ndarray, instruction: str, state: np.ndarray | None = None) -> np.ndarray:
         image = np.asarray(image)
