@@ -148,7 +148,6 @@ def test_sent_action_is_what_the_twin_would_execute(homed_layer):
     np.testing.assert_allclose(homed_layer.observation().T_base_from_tcp, sent.T_base_from_tcp_target, atol=0.002)
 
 
-
 def _send_in_thread(layer, action):
     """``send_action`` from another thread (as the ROS bridge's executor): ``(thread, result)``."""
     import threading
