@@ -40,6 +40,7 @@ def test_the_service_reads_what_the_checkpoint_expects(service):
     assert (spec.image_size, spec.state_dim, spec.chunk_size, spec.action_dim) == (64, 16, 8, 7)
     assert spec.camera_crop == (190, 80, 460, 350)  # from the warm start's made_by.json
     assert spec.camera_hw == (480, 640)  # of the default camera its demos were rendered with
+    assert spec.task == "PutOnPlateInScene25Main-v3"
     image, state = _obs()
     actions = service.act(image, "put carrot on plate", state)
     assert actions.shape == (8, 7) and actions.dtype == np.float32 and np.abs(actions).max() <= 1.0

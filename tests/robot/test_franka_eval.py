@@ -31,6 +31,11 @@ def test_a_checkpoint_that_does_not_fit_the_env_is_named_on_both_sides():
         check_fit(PolicySpec(64, 9, 8, 7, None, "m"), image_size=None, camera_crop=None, state_dim=16)
     with pytest.raises(CheckpointMismatchError, match="6-D actions"):
         check_fit(PolicySpec(64, 16, 8, 6, None, "m"), image_size=None, camera_crop=None, state_dim=16)
+    # LIBERO's actions are robosuite's, not the Panda twin's
+    with pytest.raises(CheckpointMismatchError, match="trained on libero_130, whose actions are LIBERO's"):
+        check_fit(PolicySpec(64, 0, 8, 7, None, "m", task="libero_130"), image_size=None, camera_crop=None, state_dim=16)
+    assert check_fit(PolicySpec(64, 0, 8, 7, None, "m", task="PutOnPlateInScene25Main-v3"), image_size=None,
+                     camera_crop=None, state_dim=16) == (64, None)
     # a crop in pixels of the training camera's 640x480 images means another view at 1280x720
     spec = PolicySpec(64, 16, 8, 7, (190, 80, 460, 350), "m", camera_hw=(480, 640))
     assert check_fit(spec, image_size=None, camera_crop=None, state_dim=16, camera_hw=(480, 640))[1] == spec.camera_crop

@@ -121,7 +121,8 @@ def test_an_sft_model_records_the_env_options_of_its_demos_and_serving_reads_the
         recorder.finish(0, "x", 0, {"success_once": 1.0, "success_at_end": 1.0, "return": 1.0})
     cfg = SFTConfig(steps=1, batch_size=2, lr=1e-3, eval_samples=2)
     train_sft(fresh_policy(), [tmp_path / "b", tmp_path / "c"], cfg, out_dir=tmp_path / "model", progress=False)
-    assert PolicyService(tmp_path / "model").spec.camera_crop == (190, 80, 460, 350)
+    spec = PolicyService(tmp_path / "model").spec
+    assert spec.camera_crop == (190, 80, 460, 350) and spec.task == "Synthetic-v0"
     # demos that do not say (or disagree) record nothing: the crop stays unknown, not guessed
     assert train_sft(fresh_policy(), [a, tmp_path / "b"], cfg, progress=False)["env_kwargs"] is None
 

@@ -5,7 +5,7 @@ from .demos import (
     SFTSamples,
     action_chunks,
     build_samples,
-    demos_env_kwargs,
+    demos_env,
     epoch_pool,
     load_episodes,
     release_chunks,

@@ -91,12 +91,16 @@ def load_episodes(demo_dirs: DemoFolders, only_success: bool = False) -> list[di
     return episodes
 
 
-def demos_env_kwargs(demo_dirs: DemoFolders) -> dict | None:
-    """The env options the demos were recorded with (index ``env_kwargs``), when every folder
-    records the same; None when one does not record them or they differ."""
+def demos_env(demo_dirs: DemoFolders) -> dict:
+    """``{"env_id", "env_kwargs"}``: the env the demos were recorded in and its options, each when
+    every folder records the same (else None)."""
     folders = [demo_dirs] if isinstance(demo_dirs, (str, Path)) else list(demo_dirs)
-    found = [load_index(folder).get("env_kwargs") for folder in folders]
-    return found[0] if found and isinstance(found[0], dict) and all(f == found[0] for f in found) else None
+    indexes = [load_index(folder) for folder in folders]
+    out = {}
+    for key, kind in (("env_id", str), ("env_kwargs", dict)):
+        found = [index.get(key) for index in indexes]
+        out[key] = found[0] if found and isinstance(found[0], kind) and all(f == found[0] for f in found) else None
+    return out
 
 
 def build_samples(demo_dir: DemoFolders, chunk_size: int) -> SFTSamples:

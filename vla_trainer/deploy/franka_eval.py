@@ -54,6 +54,8 @@ def check_fit(spec, *, image_size: int | None, camera_crop: tuple[int, int, int,
     Raises:
         CheckpointMismatchError: naming the quantity, the checkpoint's value and the env's.
     """
+    from vla_envs.registry import TASKS
+
     if image_size is not None and image_size != spec.image_size:
         raise CheckpointMismatchError(f"image size: the checkpoint reads {spec.image_size} px images, "
                                       f"--image-size asks for {image_size}")
@@ -63,6 +65,11 @@ def check_fit(spec, *, image_size: int | None, camera_crop: tuple[int, int, int,
     if spec.action_dim != action_dim:
         raise CheckpointMismatchError(f"actions: the checkpoint predicts {spec.action_dim}-D actions, the env takes "
                                       f"{action_dim}-D (delta xyz, delta rotation, gripper)")
+    if spec.task is not None and (trained := TASKS.get(spec.task)) is not None and trained.backend == "libero":
+        raise CheckpointMismatchError(f"actions: the checkpoint was trained on {spec.task}, whose actions are LIBERO's "
+                                      f"(robosuite's OSC controller: another scale and frame); the real Franka env "
+                                      f"takes the Panda twin's pd_ee_delta_pose actions (a ManiSkill task such as "
+                                      f"PutOnPlateInScene25Main-v3)")
     crop = camera_crop if camera_crop is not None else spec.camera_crop
     if camera_crop is not None and spec.camera_crop is not None and tuple(camera_crop) != tuple(spec.camera_crop):
         raise CheckpointMismatchError(f"camera crop: the checkpoint was trained on crop {tuple(spec.camera_crop)}, "

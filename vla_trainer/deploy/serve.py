@@ -141,6 +141,8 @@ class PolicySpec:
     """The model folder that was loaded."""
     camera_hw: tuple[int, int] | None = None
     """(height, width) of the training camera's images, whose pixels ``camera_crop`` counts, when known."""
+    task: str | None = None
+    """The env id the checkpoint was trained on, when recorded."""
 
     def crop_mismatch(self, crop: tuple[int, int, int, int] | None, camera_hw: tuple[int, int]) -> str | None:
         """Why ``crop`` on frames of ``camera_hw`` is not the view this checkpoint was trained on
@@ -153,27 +155,28 @@ class PolicySpec:
                 f"train with this camera file")
 
 
-def training_env_kwargs(model_dir: Path) -> dict[str, Any] | None:
-    """The env options a checkpoint was trained with, when recorded: the training run's
-    ``config.yaml`` beside a checkpoint's ``model/`` (``env.train.env_kwargs``), a published
-    warm start's ``made_by.json`` (its demos' ``env_kwargs``), or ``vla-train sft``'s
-    ``sft_metrics.json`` (its demos' ``env_kwargs``)."""
+def training_env(model_dir: Path) -> tuple[str | None, dict[str, Any]]:
+    """``(task id, env options)`` a checkpoint was trained with, as far as recorded: the training
+    run's ``config.yaml`` beside a checkpoint's ``model/`` (``env.train.task`` and ``env_kwargs``),
+    a published warm start's ``made_by.json`` (its demos' ``env_id`` and ``env_kwargs``), or
+    ``vla-train sft``'s ``sft_metrics.json`` (its demos' ``env_id`` and ``env_kwargs``)."""
     recipe = model_dir.parent / "config.yaml"
     if recipe.is_file():
         import yaml
 
-        cfg = yaml.safe_load(recipe.read_text()) or {}
-        kwargs = ((cfg.get("env") or {}).get("train") or {}).get("env_kwargs")
-        if isinstance(kwargs, dict):
-            return kwargs
-    for record, keys in (("made_by.json", ("demos", "env_kwargs")), ("sft_metrics.json", ("env_kwargs",))):
+        train = ((yaml.safe_load(recipe.read_text()) or {}).get("env") or {}).get("train") or {}
+        return _record(train, "task", "env_kwargs")
+    for record, section in (("made_by.json", "demos"), ("sft_metrics.json", None)):
         if (model_dir / record).is_file():
-            kwargs = json.loads((model_dir / record).read_text())
-            for key in keys:
-                kwargs = kwargs.get(key) if isinstance(kwargs, dict) else None
-            if isinstance(kwargs, dict):
-                return kwargs
-    return None
+            data = json.loads((model_dir / record).read_text())
+            return _record(data.get(section) if section else data, "env_id", "env_kwargs")
+    return None, {}
+
+
+def _record(section: Any, task_key: str, kwargs_key: str) -> tuple[str | None, dict[str, Any]]:
+    section = section if isinstance(section, dict) else {}
+    task, kwargs = section.get(task_key), section.get(kwargs_key)
+    return (task if isinstance(task, str) else None), (kwargs if isinstance(kwargs, dict) else {})
 
 
 def _camera_hw(camera_file: str | None) -> tuple[int, int] | None:
@@ -207,14 +210,15 @@ class PolicyService:
         model, tokenizer, model_dir = load_model(checkpoint)
         self.policy = VLAPolicy(model.to(device), tokenizer)
         self.greedy, self.temperature = greedy, temperature
-        kwargs = training_env_kwargs(model_dir) or {}
+        task, kwargs = training_env(model_dir)
         crop = kwargs.get("camera_crop")
         cfg = self.policy.config
         self.spec = PolicySpec(image_size=int(cfg.image_size), state_dim=int(cfg.proprio_dim or 0),
                                chunk_size=int(cfg.chunk_size), action_dim=int(cfg.action_dim),
                                camera_crop=None if crop is None else tuple(int(v) for v in crop),
                                model_dir=str(model_dir),
-                               camera_hw=None if crop is None else _camera_hw(kwargs.get("camera_file")))
+                               camera_hw=None if crop is None else _camera_hw(kwargs.get("camera_file")),
+                               task=task)
         self._lock = threading.Lock()
 
     def act(self, image: np.ndarray, instruction: str, state: np.ndarray | None = None) -> np.ndarray:
@@ -330,7 +334,8 @@ class PolicyClient:
         crop, hw = reply.get("camera_crop"), reply.get("camera_hw")
         return PolicySpec(image_size=reply["image_size"], state_dim=reply["state_dim"], chunk_size=reply["chunk_size"],
                           action_dim=reply["action_dim"], camera_crop=None if crop is None else tuple(crop),
-                          model_dir=reply["model_dir"], camera_hw=None if hw is None else tuple(hw))
+                          model_dir=reply["model_dir"], camera_hw=None if hw is None else tuple(hw),
+                          task=reply.get("task"))
 
     def act(self, image: np.ndarray, instruction: str, state: np.ndarray | None = None) -> np.ndarray:
         image = np.asarray(image)

@@ -24,7 +24,7 @@ from tqdm import tqdm
 
 from vla_trainer.checkpoint import check_model_out_dir, save_model, write_atomic_dir
 from vla_trainer.config.sft import SFTConfig
-from vla_trainer.data import (TARGETS_PER_BODY, DemoFolders, SFTSamples, build_samples, demos_env_kwargs, epoch_pool,
+from vla_trainer.data import (TARGETS_PER_BODY, DemoFolders, SFTSamples, build_samples, demos_env, epoch_pool,
                                load_episodes, resize_images)
 from vla_trainer.metrics_log import sft_curve
 from vla_trainer.models import VLAPolicy
@@ -261,7 +261,7 @@ def train_sft(
         "final_scene_loss": float(np.mean(scene_history[-(cfg.log_every or 1):])) if scene_history else None,
         "curve": curve + [{"step": cfg.steps, **after}] if cfg.eval_every else None,
         "settings": cfg.to_dict(),
-        "env_kwargs": demos_env_kwargs(demo_dir),  # what the model needs its images made with (camera_crop)
+        **demos_env(demo_dir),  # the env the model was trained for, and how its images were made (camera_crop)
         "checkpoint": None,
     }
     if out_dir is not None:
