@@ -4,6 +4,7 @@ from .demos import (
     DemoFolders,
     SFTSamples,
     action_chunks,
+    demo_folders,
     build_samples,
     demos_env,
     epoch_pool,

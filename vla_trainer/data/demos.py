@@ -78,13 +78,17 @@ def release_chunks(actions: np.ndarray, chunk_size: int) -> np.ndarray:
 DemoFolders = str | Path | Sequence[str | Path]
 
 
+def demo_folders(demo_dirs: DemoFolders) -> list[str | Path]:
+    """One demo folder, or several, as a list in the order given."""
+    return [demo_dirs] if isinstance(demo_dirs, (str, Path)) else list(demo_dirs)
+
+
 def load_episodes(demo_dirs: DemoFolders, only_success: bool = False) -> list[dict[str, np.ndarray]]:
     """The episodes of one demo folder, or of several in the order given; with ``only_success``,
     those whose index entry records ``success_once`` (recordings of the real robot, and demos
     collected with ``--all``, hold failed episodes too)."""
-    folders = [demo_dirs] if isinstance(demo_dirs, (str, Path)) else list(demo_dirs)
     episodes = []
-    for folder in folders:
+    for folder in demo_folders(demo_dirs):
         index, arrays = load_demos(folder)
         episodes += [e for entry, e in zip(index.get("episodes", []), arrays)
                      if not only_success or float(entry.get("success_once", 1.0)) > 0.5]
@@ -94,8 +98,7 @@ def load_episodes(demo_dirs: DemoFolders, only_success: bool = False) -> list[di
 def demos_env(demo_dirs: DemoFolders) -> dict:
     """``{"env_id", "env_kwargs"}``: the env the demos were recorded in and its options, each when
     every folder records the same (else None)."""
-    folders = [demo_dirs] if isinstance(demo_dirs, (str, Path)) else list(demo_dirs)
-    indexes = [load_index(folder) for folder in folders]
+    indexes = [load_index(folder) for folder in demo_folders(demo_dirs)]
     out = {}
     for key, kind in (("env_id", str), ("env_kwargs", dict)):
         found = [index.get(key) for index in indexes]

@@ -25,7 +25,7 @@ from tqdm import tqdm
 
 from vla_envs.demos import load_index
 from vla_trainer.checkpoint import check_model_out_dir
-from vla_trainer.data import TARGETS_PER_BODY, DemoFolders, load_episodes, resize_images, scene_targets
+from vla_trainer.data import TARGETS_PER_BODY, DemoFolders, demo_folders, load_episodes, resize_images, scene_targets
 from vla_trainer.models import VLAPolicy
 from vla_trainer.models.vision import images_to_pixel_values
 from vla_trainer.sft.heads import PatchHead, scene_errors
@@ -43,9 +43,8 @@ def load_scene_frames(demo_dirs: DemoFolders, image_size: int) -> tuple[np.ndarr
         ValueError: an episode has no ``scene`` poses (demos recorded without a scripted expert,
             or before the format had them), or the folders name different bodies.
     """
-    folders = [demo_dirs] if isinstance(demo_dirs, (str, Path)) else list(demo_dirs)
     bodies = None
-    for folder in folders:
+    for folder in demo_folders(demo_dirs):
         found = load_index(folder).get("scene_bodies")
         if not found:
             raise ValueError(f"{folder}: the demos record no scene poses (index.json has no 'scene_bodies'); "
@@ -53,7 +52,7 @@ def load_scene_frames(demo_dirs: DemoFolders, image_size: int) -> tuple[np.ndarr
         if bodies is not None and found != bodies:
             raise ValueError(f"{folder}: scene_bodies {found} differ from {bodies} of the folders before it")
         bodies = found
-    episodes = [e for e in load_episodes(folders) if len(e["action"])]
+    episodes = [e for e in load_episodes(demo_dirs) if len(e["action"])]
     if not episodes:
         raise ValueError(f"{demo_dirs}: the demo folders hold no episodes with steps")
     images = resize_images(np.concatenate([e["image"] for e in episodes]), image_size)
