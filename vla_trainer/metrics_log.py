@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import secrets
 import warnings
 from pathlib import Path
 
@@ -19,7 +20,9 @@ class MetricLogger:
 
     Args:
         purge_after_step: TensorBoard drops what earlier writers logged at steps (env steps) after
-            this one: the iterations a resumed run does again (-1: a new run, all of it).
+            this one: the iterations a resumed run does again (-1: a new run, all of it). A resumed
+            run logs to the same W&B run as before, which keeps the values it already has for those
+            iterations (W&B ignores a step below its last one).
     """
 
     def __init__(self, run_dir: Path, backends: list[str], experiment_name: str, config: dict | None = None,
@@ -45,6 +48,7 @@ class MetricLogger:
                     warnings.warn(f"no W&B API key (WANDB_API_KEY or `wandb login`): logging offline under "
                                   f"{self.run_dir / 'wandb'}; `wandb sync` uploads it later", stacklevel=2)
                 self.wandb = wandb.init(project="vla-rl", name=experiment_name, dir=str(self.run_dir),
+                                        id=_wandb_run_id(self.run_dir, resumed=purge_after_step >= 0),
                                         config=config, resume="allow", mode=mode)
 
     def log(self, record: dict) -> None:
@@ -64,6 +68,18 @@ class MetricLogger:
             self.tb.close()
         if self.wandb is not None:
             self.wandb.finish()
+
+
+def _wandb_run_id(run_dir: Path, resumed: bool) -> str:
+    """The W&B run a run folder logs to, kept in ``wandb/run_id``: a resumed run continues the run its
+    folder logged to before; a new run starts another."""
+    path = run_dir / "wandb" / "run_id"
+    if resumed and path.is_file() and (run_id := path.read_text().strip()):
+        return run_id
+    path.parent.mkdir(parents=True, exist_ok=True)
+    run_id = secrets.token_hex(4)  # W&B's own ids are 8 characters of [a-z0-9] too
+    path.write_text(run_id + "\n")
+    return run_id
 
 
 def _wandb_logged_in() -> bool:

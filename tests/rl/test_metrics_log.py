@@ -24,6 +24,27 @@ def test_wandb_without_api_key_logs_offline_instead_of_prompting(tmp_path, monke
     assert list((tmp_path / "run" / "tensorboard").glob("events.out.tfevents.*"))
 
 
+def test_a_resumed_run_logs_to_the_same_wandb_run_and_a_new_run_to_another(tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+
+    def run_id(purge_after_step):
+        log = MetricLogger(tmp_path / "run", ["wandb"], "exp", purge_after_step=purge_after_step)
+        log.log({"iteration": 1, "env_steps": 8, "actor/policy_loss": 0.5})
+        run = log.wandb.id
+        log.close()
+        return run
+
+    first = run_id(-1)
+    assert run_id(8) == first  # resumed from the checkpoint at 8 env steps
+    again = run_id(-1)  # a new run in the folder (its earlier checkpoints removed)
+    assert again != first and run_id(0) == again
+    folders = sorted(p.name for p in (tmp_path / "run" / "wandb").glob("offline-run-*"))
+    assert {f.split("-")[3] for f in folders} == {first, again}, folders  # offline-run-<time>-<id>[-n]
+
+
 def test_tensorboard_drops_what_a_resumed_run_logs_again_and_what_a_dead_run_left(tmp_path):
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

@@ -621,6 +621,26 @@ def test_policy_node_publishes_paced_twin_scaled_chunks(graph, ros_env):
     assert "loaded" in log_text(graph, "policy")
 
 
+def test_a_policy_node_refuses_its_checkpoints_crop_on_a_camera_of_another_resolution(ros_env, tmp_path):
+    """The shipped warm start's crop counts pixels of 640x480 frames: on a 1280x720 camera file the same
+    numbers cut another view, so the node ends (exit 2) naming both resolutions, before any chunk."""
+    from calibration.camera_file import write_camera_file
+    from calibration.synthetic import default_intrinsics, look_at
+
+    camera = write_camera_file(tmp_path / "camera.json", intrinsics=default_intrinsics(1280, 720),
+                               T_base_from_cam=look_at([1.0, -0.4, 0.6], [0.45, 0.0, 0.1]))
+    specs = {s.name: s for s in ros_graph.franka_eval_graph(
+        checkpoint=str(SHIPPED_WARM_START), robot_ip="127.0.0.1", instruction="put carrot on plate",
+        playback_file=str(tmp_path / "unused.db3"), camera_file=str(camera))}
+    (proc,) = start_nodes([specs["policy"]], ros_env, log_dir=tmp_path)
+    try:
+        assert proc.wait(timeout=60) == 2
+    finally:
+        stop_nodes([proc])
+    log = (tmp_path / "policy.log").read_text(errors="replace")
+    assert "640x480" in log and "1280x720" in log, log
+
+
 def test_sigterm_stops_every_node_process(graph):
     procs = dict(graph.procs)
     for name, proc in procs.items():
