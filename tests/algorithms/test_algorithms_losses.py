@@ -64,7 +64,7 @@ def test_ppo_loss_clip_higher_on_both_sides():
 def test_a_token_that_left_the_top_k_has_ratio_0_no_gradient_and_finite_metrics(advantage):
     """Under top-k sampling the update's log-probs use the same truncation, so a sampled token can
     fall out of the new policy's top-k: log-prob -inf, ratio 0. The loss stays finite with no
-    gradient from that entry, and approx_kl is over the other entries, not inf."""
+    gradient from that entry, and approx_kl counts it 0, not inf."""
     old = torch.tensor([-1.0, -2.0, -0.5], dtype=F64)
     new = torch.tensor([-1.0 + LN2, -float("inf"), -0.5], dtype=F64).requires_grad_(True)
     adv = torch.tensor([1.0, advantage, 1.0], dtype=F64)
@@ -73,7 +73,7 @@ def test_a_token_that_left_the_top_k_has_ratio_0_no_gradient_and_finite_metrics(
     # entry 1: -A * clip(0) = -A * 0.8 when A < 0 (a constant), -A * 0 when A > 0
     expected = (-1.28 + (0.8 if advantage < 0 else 0.0) - 1.0) / 3
     torch.testing.assert_close(out.loss, torch.tensor(expected, dtype=F64))
-    torch.testing.assert_close(out.approx_kl, torch.tensor((1.0 - LN2) / 2, dtype=F64))  # entries 0 and 2
+    torch.testing.assert_close(out.approx_kl, torch.tensor((1.0 - LN2) / 3, dtype=F64))  # entry 0's, over all 3
     out.loss.backward()
     assert torch.isfinite(new.grad).all() and new.grad[1] == 0
 

@@ -100,6 +100,34 @@ def test_logged_entropy_and_kl_are_token_means_whatever_the_micro_batch():
             assert m[key] == pytest.approx(metrics[0][key], rel=1e-3, abs=1e-6), key
 
 
+def test_logged_ratio_extremes_and_approx_kl_do_not_depend_on_the_micro_batch():
+    """A sample with no valid step has no ratio, and a token that left the top-k (log-ratio -inf)
+    counts 0 in approx_kl: one micro-batch of 4, two of 2 or four of 1 log the same ratio_min,
+    ratio_max and approx_kl (every ratio here is below 1, so a stand-in 1 would show)."""
+    metrics = []
+    for micro in (4, 2, 1):
+        cfg = _cfg("actor.global_batch_size=4", f"actor.micro_batch_size={micro}", "algorithm.update_epoch=1")
+        policy, rollout = _setup(cfg)
+        rollout.valid[1, 0] = False  # env 0's second chunk: nothing of it ran
+        rollout.valid[0, 0, 1:] = False  # its first: one action (7 tokens, one of them out of the top-k)
+        rollout.rewards *= rollout.valid
+        offset = 0.05 + 0.1 * torch.rand(rollout.log_probs.shape, generator=torch.Generator().manual_seed(1))
+        offset[0, 0] += 1.0  # and far from the policy: it weighs in the mean
+        rollout.log_probs = rollout.log_probs + offset  # every ratio exp(-offset) < 1 (one step: all before it)
+        rollout.log_probs[0, 0, 0, 0] = float("inf")  # this token's new log-prob is -inf away: ratio 0
+        targets = compute_targets(rollout, cfg.algorithm)
+        opt, params = make_optimizer(policy, cfg)
+        metrics.append(update_policy(policy, opt, params, rollout, targets, cfg, 0, torch.Generator().manual_seed(0)))
+    print([(m["actor/approx_kl"], m["actor/ratio_min"]) for m in metrics], rollout.log_probs.shape); assert metrics[0]["actor/ratio_min"] == 0.0
+    ran = rollout.valid[..., None].expand_as(offset).clone()
+    ran[0, 0, 0, 0] = False
+    assert metrics[0]["actor/ratio_max"] == pytest.approx(float(torch.exp(-offset[ran].min())), rel=1e-4)
+    assert 0.01 < metrics[0]["actor/approx_kl"] < 0.1
+    for m in metrics[1:]:
+        for key in ("actor/ratio_min", "actor/ratio_max", "actor/approx_kl", "actor/clipfrac"):
+            assert m[key] == pytest.approx(metrics[0][key], rel=1e-4, abs=1e-7), (key, m[key], metrics[0][key])
+
+
 def test_critic_warmup_trains_only_the_value_head():
     cfg = _cfg("actor.global_batch_size=4", "actor.micro_batch_size=2", "actor.optim.critic_warmup_steps=1")
     policy, rollout = _setup(cfg)

@@ -152,8 +152,9 @@ def ppo_policy_loss(
     with torch.no_grad():
         # low-variance KL(old || new) estimator: http://joschu.net/blog/kl-approx.html. A token that
         # left the new policy's top-k (sampling_params.top_k) has log-prob -inf, ratio 0 and no
-        # gradient; its KL term would be inf, so it is left out here (ratio_min shows it as 0)
-        approx_kl = masked_mean((ratio - 1.0) - log_ratio, mask & torch.isfinite(log_ratio))
+        # gradient; its KL term would be inf, so it counts 0 here (ratio_min shows it as 0). Over the
+        # same entries as clipfrac, so micro-batch shares add up to the batch's mean
+        approx_kl = masked_mean(torch.where(torch.isfinite(log_ratio), (ratio - 1.0) - log_ratio, 0.0), mask)
         outside = (ratio < 1.0 - clip_low) | (ratio > 1.0 + clip_high)
         clipfrac = masked_mean(outside.to(ratio.dtype), mask)
         ratio_mean = masked_mean(ratio, mask)

@@ -80,7 +80,7 @@ class SamplingParams:
     """0: no top-k truncation (the reference's convention). Else the rollout samples from the top-k
     and the update's log-probs are taken under the same truncation, as the reference does: a token
     that leaves the top-k after an optimizer step has ratio 0 and no gradient (``actor/ratio_min``
-    0; left out of ``actor/approx_kl``). Not with ``kl_beta`` > 0."""
+    0; it counts 0 in ``actor/approx_kl``). Not with ``kl_beta`` > 0."""
 
 
 @dataclass

@@ -184,7 +184,9 @@ def update_policy(policy: VLAPolicy, optimizer: torch.optim.Optimizer, params: l
                     share = float(mask.sum()) / n_entries  # clipfrac, approx_kl: this micro-batch's mean
                     logs["actor/clipfrac"].append(float(pl.clipfrac) * share)
                     logs["actor/approx_kl"].append(float(pl.approx_kl) * share)
-                    logs["actor/ratio_max"].append(float(pl.ratio_max))
+                    if mask.any():  # a micro-batch with no valid entry has no ratio (its statistic reads 1)
+                        logs["actor/ratio_min"].append(float(pl.ratio_min))
+                        logs["actor/ratio_max"].append(float(pl.ratio_max))
                     logs["actor/entropy"].append(float(ent.value) * tok_share)
                     logs["actor/policy_loss"].append(pl.loss.item())
                     if alg.kl_beta > 0 and ref_policy is not None:
@@ -243,7 +245,7 @@ def update_policy(policy: VLAPolicy, optimizer: torch.optim.Optimizer, params: l
         if not vals:
             continue
         summed = key in SUMMED_METRICS
-        out[key] = sum(vals) / steps if summed else (max(vals) if key.endswith("_max") else sum(vals) / len(vals))
+        out[key] = sum(vals) / steps if summed else _extreme_or_mean(key, vals)
     out["actor/trained"] = float(train_actor)
     if contributes is not None:  # the share of the rollout's samples the passes ran on
         out["actor/sample_fraction"] = float(contributes.float().mean())
@@ -260,9 +262,13 @@ def merge_rank_metrics(per_rank: list[dict]) -> dict:
     out = {}
     for key in per_rank[0]:
         vals = [m[key] for m in per_rank if key in m]
-        out[key] = sum(vals) if key in SUMMED_METRICS else (max(vals) if key.endswith("_max")
-                                                             else sum(vals) / len(vals))
+        out[key] = sum(vals) if key in SUMMED_METRICS else _extreme_or_mean(key, vals)
     return out
+
+
+def _extreme_or_mean(key: str, vals: list[float]) -> float:
+    """``*_max`` metrics merge by max, ``*_min`` by min, the others by their mean."""
+    return max(vals) if key.endswith("_max") else min(vals) if key.endswith("_min") else sum(vals) / len(vals)
 
 
 def _reduce_gradients(params: list[torch.nn.Parameter], all_reduce: Callable[[torch.Tensor], None],
