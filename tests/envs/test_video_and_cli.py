@@ -43,6 +43,28 @@ def test_record_video_writes_every_sub_step(tmp_path):
     assert h % 16 == 0 and w % 16 == 0
 
 
+@pytest.mark.parametrize("chunk_reset", ["end_of_chunk", "immediate"])
+def test_the_overlay_counts_each_auto_reset_episode_from_its_first_step(tmp_path, chunk_reset):
+    """Episodes of 3 steps, chunks of 3: each chunk is one whole episode. Every frame is captioned
+    with its own episode's step and return, and an episode's last frame is its own image (the
+    toy's image is state id + t), not the next episode's first."""
+    env = ChunkVectorEnv(SerialBackend([functools.partial(ToyEnv, 3)]), chunk_reset=chunk_reset)
+    rec = RecordVideo(env, tmp_path / "rollout.mp4")
+    frames = []
+    rec._push = lambda images, lines: frames.append((lines[0].split(" r=")[0], lines[0].split("R=")[-1],
+                                                     int(images[0, 0, 0, 0])))
+    obs, _ = rec.reset(seed=0)
+    first_id = int(obs["state"][0, 1])
+    out = rec.chunk_step(np.zeros((1, 3, 7), np.float32))
+    second_id = int(out.obs["state"][0, 1])
+    rec.chunk_step(np.zeros((1, 3, 7), np.float32))
+    rec.close()
+    assert [f[0] for f in frames] == ["env 0 t=0", "t=1", "t=2", "t=3", "t=1", "t=2", "t=3"]
+    assert [f[1] for f in frames[1:]] == ["0.10", "0.20", "0.30"] * 2
+    images = [first_id + t for t in range(4)] + [second_id + t for t in (1, 2, 3)]
+    assert [f[2] for f in frames] == [v % 256 for v in images]
+
+
 @pytest.mark.parametrize("name, says", [("a.txt", "must end in .mp4"), ("folder.mp4", "is a folder")])
 def test_a_video_path_that_cannot_be_written_is_refused_before_the_rollout(tmp_path, capsys, name, says):
     from vla_trainer.cli.eval import main as eval_main

@@ -419,7 +419,8 @@ class ChunkVectorEnv(VectorEnv, gym.Env):
                 truncated[lost, j] = True
                 terminated[lost, j] = False
                 reason[lost] = "worker_crashed"
-            done = np.flatnonzero(terminated[:, j] | truncated[:, j])
+            ended = terminated[:, j] | truncated[:, j]
+            done = np.flatnonzero(ended)
             if done.size:
                 again = done[finished[done]]  # ended a second (third, ...) episode in this chunk
                 if again.size:
@@ -427,12 +428,12 @@ class ChunkVectorEnv(VectorEnv, gym.Env):
                 self._finish(done[~finished[done]], episode, final_obs, final_success, finished)
                 self._live[done] = False
                 in_chunk_episode[done] = False
-                if self.auto_reset and self.chunk_reset == "immediate":
-                    self._reset_envs(done, np.full(done.size, -1, np.int64))
-            for observer in self._observers:
+            for observer in self._observers:  # before an immediate reset: they see each episode's last step
                 observer({"obs": self._obs, "instruction": self._instructions,
                           "reward": rewards[:, j], "success": success[:, j], "valid": valid[:, j],
-                          "elapsed": self._elapsed})
+                          "elapsed": self._elapsed, "done": ended})
+            if done.size and self.auto_reset and self.chunk_reset == "immediate":
+                self._reset_envs(done, np.full(done.size, -1, np.int64))
 
         if self.auto_reset and self.chunk_reset == "end_of_chunk":
             done = np.flatnonzero(finished)
@@ -526,9 +527,11 @@ class ChunkVectorEnv(VectorEnv, gym.Env):
 
     def add_step_observer(self, observer: Callable[[dict[str, Any]], None]) -> None:
         """Call ``observer`` after every sub-step with a dict of the current ``obs``,
-        ``instruction``, and per-env ``reward``, ``success``, ``valid`` and ``elapsed`` (steps
-        of the running episode; 0 right after a reset). The video recorder uses this to see
-        every sub-step of a chunk. Observers must not modify the arrays."""
+        ``instruction``, and per-env ``reward``, ``success``, ``valid``, ``elapsed`` (steps of
+        the running episode) and ``done`` (its episode ended at this sub-step). An env whose episode
+        ended is seen before it is reset, whatever ``chunk_reset``: ``obs`` is then the episode's
+        last observation. The video recorder uses this to see every sub-step of a chunk. Observers
+        must not modify the arrays."""
         self._observers.append(observer)
 
     def expert_state(self) -> dict[str, np.ndarray]:

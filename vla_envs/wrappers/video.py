@@ -149,10 +149,10 @@ class RecordVideo(VectorWrapper):
             for i in range(self.num_envs)
         ]
         self._push(event["obs"]["image"], lines)
-        # An env reset inside this sub-step starts counting again at its next step.
-        restarted = event["elapsed"] == 0
-        self._t[restarted] = 0
-        self._return[restarted] = 0.0
+        # an env whose episode ended here counts its next episode from 0 (it is reset before its next
+        # valid step, at once or at the chunk's end)
+        self._t[event["done"]] = 0
+        self._return[event["done"]] = 0.0
 
     def chunk_step(self, actions: Any):
         return self.env.chunk_step(actions)
