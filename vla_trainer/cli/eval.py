@@ -12,7 +12,10 @@ initial states (``--trials-per-task``, 50 by default), each exactly once, episod
 success or at the suite's step limit, 256 px unless the model needs another size.
 
 Each env runs exactly one episode per round (no auto-reset double counting); episodes start from
-seeded initial states that differ from training's. Both success notions are reported, labelled:
+initial states drawn with seeds that training never uses, from the task's whole set: on a task a run
+trained on, a long run may have met a few of them (PutOnPlate's 802,816 states: about 8 of 128
+after the paper's 1000-iteration GRPO recipe). States no run trained on are a held-out twin's
+(``PutOnPlateInScene25EasyHeldOut-v3`` beside ``Easy``) or an OOD variant's. Both success notions are reported, labelled:
 ``success_once`` (the task was solved at some step) and ``success_at_end`` (solved at the last step).
 Tasks that report sub-goals add partial success, e.g. ``grasped_once`` (the object was held at
 some step) on the ManiSkill tasks, as SimplerEnv reports grasp rates beside success.

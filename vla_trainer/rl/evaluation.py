@@ -27,7 +27,9 @@ def wilson_interval(successes: int, trials: int, z: float = 1.96) -> tuple[float
 
 
 def round_seed(seed: int, round_index: int) -> int:
-    """The reset seed of evaluation round ``round_index``; disjoint from training's seeds."""
+    """The reset seed of evaluation round ``round_index``; never one of training's seeds (the
+    initial states it draws come from the same set as training's unless the eval env is a held-out
+    twin)."""
     return int(np.random.SeedSequence([seed, 1_000_003, round_index]).generate_state(1)[0])
 
 
