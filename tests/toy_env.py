@@ -112,6 +112,11 @@ class BanditEnv(TaskEnv):
         return self._obs(), 0.1 * float(action[1]), False, False, {"success": False}
 
 
+def make_toy_cli_env(num_envs: int = 1, image_size: int | None = None, **kwargs):
+    """``make_toy_vector_env`` for ``vla-envs`` commands, which pass ``image_size`` (the toy's is fixed)."""
+    return make_toy_vector_env(num_envs, **kwargs)
+
+
 def make_bandit_vector_env(num_envs: int = 1, image_size: int | tuple[int, int] = 64, max_episode_steps: int = 16,
                            vectorization: str = "serial", first_env_index: int = 0, **contract_kwargs):
     """A registry factory for BanditEnv, accepting the trainer's ``make_env`` arguments (always serial)."""

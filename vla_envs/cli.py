@@ -59,7 +59,12 @@ def perturb(actions: np.ndarray, std: float, rng: np.random.Generator) -> np.nda
 
 def run_episodes(args: argparse.Namespace, recorder_folder: Path | None = None) -> dict:
     """Roll out ``args.policy`` for ``args.steps`` steps per env (or until ``args.episodes``
-    episodes ended), optionally recording video and demos. Returns a summary dict."""
+    episodes ended), optionally recording video and demos. Returns a summary dict.
+
+    With ``args.episodes``, the episodes counted are each env's first ``ceil(episodes / num_envs)``
+    (the last envs' last one dropped to make the number): which episodes count never depends on how
+    long they ran, so quick successes are not favoured when episodes end at success.
+    """
     import importlib
 
     import gymnasium as gym
@@ -101,7 +106,8 @@ def run_episodes(args: argparse.Namespace, recorder_folder: Path | None = None) 
                                 expert_kwargs=expert_kwargs, env_kwargs=kwargs,
                                 scene_bodies=SCENE_BODIES if expert is not None else ())
                 if recorder_folder is not None else None)
-    episodes: list[dict[str, float]] = []
+    per_env = -(-args.episodes // args.num_envs) if args.episodes else 0
+    by_env: list[list[dict[str, float]]] = [[] for _ in range(args.num_envs)]  # each env's, in order
     kept = 0
     try:
         obs, info = env.reset(seed=args.seed)
@@ -130,22 +136,25 @@ def run_episodes(args: argparse.Namespace, recorder_folder: Path | None = None) 
             if "episode" in out.info:
                 ep, mask = out.info["episode"], out.info["_episode"]
                 for i in np.flatnonzero(mask):
-                    episodes.append({k: float(ep[k][i]) for k in ep})
+                    record = {k: float(ep[k][i]) for k in ep}
+                    if not per_env or len(by_env[i]) < per_env:
+                        by_env[i].append(record)
                     if recorder is not None:
-                        kept += recorder.finish(i, instructions[i], int(state_ids[i]), episodes[-1])
+                        kept += recorder.finish(i, instructions[i], int(state_ids[i]), record)
                 if expert is not None:
                     expert.reset(np.flatnonzero(mask))
             state_ids = out.info["state_id"]
-            bar.set_postfix(episodes=len(episodes),
-                            success_once=f"{np.mean([e['success_once'] for e in episodes]) if episodes else 0:.2f}")
-            if args.episodes and len(episodes) >= args.episodes:
+            so_far = [e["success_once"] for env_episodes in by_env for e in env_episodes]
+            bar.set_postfix(episodes=len(so_far), success_once=f"{np.mean(so_far) if so_far else 0:.2f}")
+            if per_env and min(map(len, by_env)) >= per_env:
                 break
         step_s = time.perf_counter() - t1
     finally:
         env.close()
-    if args.episodes:
-        # envs finishing in the same chunk are listed by index; the extra ones are dropped
-        episodes = episodes[:args.episodes]
+    if per_env:  # the last envs give one episode fewer, to make args.episodes in all
+        extra = per_env * args.num_envs - args.episodes
+        by_env = [env_episodes[:per_env - (i >= args.num_envs - extra)] for i, env_episodes in enumerate(by_env)]
+    episodes = [e for env_episodes in by_env for e in env_episodes]
     mean = lambda k: float(np.mean([e[k] for e in episodes])) if episodes else None  # noqa: E731
     return {
         "env_id": args.env_id, "policy": args.policy, "num_envs": args.num_envs,
@@ -183,9 +192,7 @@ def cmd_eval_ood(args: argparse.Namespace) -> int:
     from vla_envs.tasks.put_on_plate.variants import VARIANTS, ood_table
 
     # Every episode runs to the time limit: success_at_end then differs from success_once (an episode
-    # ending at its first success has both equal), and all envs finish together, so the first
-    # ``--episodes`` are not the short ones (stopping at the first N episodes to end would favour the
-    # quick successes whenever num_envs > 1).
+    # ending at its first success has both equal)
     env_kwargs = {"ignore_terminations": True, **args.env_kwargs}
     rows = []
     for env_id, variant in VARIANTS.items():

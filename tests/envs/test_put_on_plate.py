@@ -1078,9 +1078,8 @@ def test_a_seed_gives_the_same_pixels_after_other_episodes_as_in_a_new_env(asset
 @pytest.mark.maniskill
 def test_eval_ood_runs_every_episode_to_the_time_limit_and_counts_exactly_the_episodes_asked(
         asset_root, monkeypatch, tmp_path):
-    """``vla-envs eval-ood``: with terminations on, success_at_end would equal success_once, and the first
-    N episodes to end across parallel envs would over-sample quick successes. Every episode runs to
-    the time limit instead, and exactly ``--episodes`` are counted."""
+    """``vla-envs eval-ood``: with terminations on, success_at_end would equal success_once. Every
+    episode runs to the time limit instead, and exactly ``--episodes`` are counted."""
     import vla_envs.cli as cli
     from vla_envs.tasks.put_on_plate import variants
 

@@ -115,3 +115,26 @@ def test_cli_list_prints_every_id(capsys):
 def test_cli_rollout_unknown_id_exits_nonzero(capsys):
     assert main(["rollout", "vla/PickCub-v1"]) == 2
     assert "did you mean" in capsys.readouterr().err
+
+
+def test_rollout_episodes_do_not_favour_quick_successes(monkeypatch):
+    """Episodes end at success or after 3 steps; the random gripper succeeds with probability 1/4 per
+    step, so success_once is 1 - 0.75**3 = 0.578 whatever the episode's length. Counting the first 6
+    episodes to end over 4 envs would favour the short, successful ones (0.64 over these 300 seeded
+    runs); each env's first episodes are an unbiased count (3 standard errors allowed)."""
+    import argparse
+
+    from vla_envs.cli import run_episodes
+
+    monkeypatch.setitem(TASKS, "vla/ToyShort-v0", TaskSpec("vla/ToyShort-v0", "toy", "tests", 3, "toy_env:make_toy_cli_env",
+                                                         kwargs={"max_episode_steps": 3}))
+    register_all()
+    rates = []
+    for seed in range(300):
+        args = argparse.Namespace(env_id="vla/ToyShort-v0", command="rollout", policy="random", num_envs=4, episodes=6,
+                                  steps=10**9, chunk=1, image_size=4, seed=seed, video=None, env_kwargs={})
+        summary = run_episodes(args)
+        assert summary["episodes"] == 6
+        rates.append(summary["success_once"])
+    truth, standard_error = 1 - 0.75**3, np.sqrt((1 - 0.75**3) * 0.75**3 / 1800)
+    assert abs(np.mean(rates) - truth) < 3 * standard_error, np.mean(rates)
