@@ -165,15 +165,25 @@ def test_vla_eval_libero_runs_every_task_once_and_prints_the_suite_table(tmp_pat
     tokenizer.save_pretrained(tmp_path / "model")
     rc = vla_eval(["--checkpoint", str(tmp_path / "model"), "--libero", "libero_goal", "--trials-per-task", "1",
                    "--num-envs", "2", "--env-kwargs", '{"time_limit": 2, "settle_steps": 0}',
-                   "--out", str(tmp_path / "eval")])
+                   "--out", str(tmp_path / "eval"), "--video", str(tmp_path / "libero.mp4")])
     assert rc == 0
+    import imageio.v2 as imageio
+
+    assert imageio.get_reader(tmp_path / "libero.mp4", format="FFMPEG").count_frames() >= 1 + 5 * 2  # 5 rounds of 2 steps
     out = json.loads((tmp_path / "eval" / "eval.json").read_text())
     suite = out["suites"][0]
     assert suite["suite"] == "libero_goal" and suite["episodes"] == 10  # 10 tasks x 1 trial, none twice
     assert len(suite["per_task"]) == 10
-    assert "| **average** |" in capsys.readouterr().out
+    assert "| **average of the suites** |" in capsys.readouterr().out
     assert vla_eval(["--checkpoint", str(tmp_path / "model"), "--libero", "libero_100"]) == 2
     assert "valid: all, libero_spatial" in capsys.readouterr().err
+    # what LIBERO's protocol fixes is refused, not ignored (before any env or model loads)
+    for extra, says in ((["--libero", "libero_goal", "--num-episodes", "8"], "--trials-per-task"),
+                        (["--libero", "libero_goal", "--terminate"], "always end at success"),
+                        (["--task", "PutOnPlateInScene25Main-v3", "--trials-per-task", "5"], "is for --libero")):
+        with pytest.raises(SystemExit) as exit_info:
+            vla_eval(["--checkpoint", str(tmp_path / "model"), *extra])
+        assert exit_info.value.code == 2 and says in capsys.readouterr().err
 
 
 def test_ppo_trains_on_libero_with_the_cpu_recipe(tmp_path):

@@ -74,9 +74,11 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--ood", action="store_true", help="every PutOnPlateInScene25 variant, with category averages")
     g.add_argument("--libero", default=None, metavar="SUITES",
                    help="LIBERO suites, comma-separated, or 'all' (the five of LIBERO-130): per-suite success")
-    p.add_argument("--trials-per-task", type=positive_int, default=50, help="LIBERO: official initial states per task")
+    p.add_argument("--trials-per-task", type=positive_int, default=None,
+                   help="LIBERO: official initial states per task (default: 50)")
     p.add_argument("--num-envs", type=positive_int, default=4)
-    p.add_argument("--num-episodes", type=positive_int, default=16, help="per task; a multiple of --num-envs")
+    p.add_argument("--num-episodes", type=positive_int, default=None,
+                   help="per task; a multiple of --num-envs (default: 16; LIBERO: --trials-per-task)")
     p.add_argument("--greedy", action="store_true", help="most likely action instead of sampling")
     p.add_argument("--temperature", type=positive_float, default=0.6, help="sampling temperature (default: %(default)s)")
     p.add_argument("--top-k", type=int_at_least(0), default=0, help="top-k sampling (0: off)")
@@ -91,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
                         "env.eval task and env_kwargs, which --task and --env-kwargs then change")
     p.add_argument("--vectorization", default="pool", choices=("pool", "serial"))
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--video", type=video_file, default=None, help="write a tiled video of the (first) task's episodes")
+    p.add_argument("--video", type=video_file, default=None,
+                   help="write a tiled video of the (first) task's or LIBERO suite's episodes")
     p.add_argument("--out", type=Path, default=None, help="folder for eval.json and eval.md")
     p.add_argument("--baseline", type=Path, default=None, metavar="EVAL",
                    help="another policy's evaluation of the same task (its --out folder or eval.json): print "
@@ -112,6 +115,17 @@ def main(argv: list[str] | None = None) -> int:
         if args.libero is not None or args.ood:
             p.error("--expert-start-phase is for one PutOnPlate task (--task), not --ood or --libero")
 
+    if args.libero is not None:  # the OpenVLA protocol fixes what LIBERO runs: say so rather than ignore
+        if args.num_episodes is not None:
+            p.error("--num-episodes is for --task and --ood; LIBERO runs every task's first --trials-per-task "
+                    "official initial states")
+        if args.terminate:
+            p.error("--terminate is for --task and --ood; LIBERO episodes always end at success (the OpenVLA protocol)")
+        args.trials_per_task = 50 if args.trials_per_task is None else args.trials_per_task
+    else:
+        if args.trials_per_task is not None:
+            p.error("--trials-per-task is for --libero; --task and --ood take --num-episodes")
+        args.num_episodes = 16 if args.num_episodes is None else args.num_episodes
     if args.out is not None and args.out.exists() and not args.out.is_dir():
         p.error(f"--out {args.out} is a file; give a folder (eval.json and eval.md are written into it)")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -142,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         except VlaEnvError as e:
             print(f"error: --task: {e}", file=sys.stderr)
             return 2
-    if args.num_episodes % args.num_envs:
+    if args.libero is None and args.num_episodes % args.num_envs:
         print(f"error: --num-episodes ({args.num_episodes}) must be a positive multiple of --num-envs "
               f"({args.num_envs})", file=sys.stderr)
         return 2
@@ -232,6 +246,7 @@ def libero_main(args) -> int:
 
     import vla_envs  # noqa: F401
     from vla_envs.backends.libero.suites import INIT_STATES_PER_TASK, suite_tasks
+    from vla_envs.wrappers import RecordVideo
     from vla_trainer.rl.evaluation import check_execute_steps, evaluate_initial_states
     from vla_trainer.models import VLAModelError, VLAPolicy
 
@@ -244,17 +259,18 @@ def libero_main(args) -> int:
         check_execute_steps(args.execute_steps, policy.chunk_size)
         kwargs = {"image_size": policy.config.image_size, **args.env_kwargs, "evaluation": True}
         rows = []
-        for suite in suites:
+        for k, suite in enumerate(suites):
             tasks = suite_tasks(suite)
             ids = [t * INIT_STATES_PER_TASK + i for t in range(len(tasks)) for i in range(args.trials_per_task)]
             env = gym.make(suite, num_envs=min(args.num_envs, len(ids)), auto_reset=True,
                            enumerate_initial_states=ids, vectorization=args.vectorization, **kwargs)
+            run_env = RecordVideo(env, args.video, fps=20) if (args.video and k == 0) else env  # LIBERO acts at 20 Hz
             try:
-                res = evaluate_initial_states(env, policy, seed=args.seed, greedy=args.greedy,
+                res = evaluate_initial_states(run_env, policy, seed=args.seed, greedy=args.greedy,
                                               temperature=args.temperature, top_k=args.top_k or None,
                                               execute_steps=args.execute_steps)
             finally:
-                env.close()
+                run_env.close()
             per_task = {tasks[t].language: float(np.mean([res[t * INIT_STATES_PER_TASK + i]["success_once"]
                                                            for i in range(args.trials_per_task)]))
                         for t in range(len(tasks))}
@@ -269,7 +285,7 @@ def libero_main(args) -> int:
              "| suite | success | episodes |", "|---|---|---|"]
     lines += [f"| {r['suite']} | {100 * r['success']:.2f} % | {r['episodes']} |" for r in rows]
     average = float(np.mean([r["success"] for r in rows]))
-    lines.append(f"| **average** | {100 * average:.2f} % | {sum(r['episodes'] for r in rows)} |")
+    lines.append(f"| **average of the suites** | {100 * average:.2f} % | {sum(r['episodes'] for r in rows)} |")
     report(args.out, "\n".join(lines), {"checkpoint": str(model_dir), "suites": rows, "average": average,
                                         "sampling": mode})
     return 0
