@@ -19,7 +19,7 @@
 # Everything lands in runs/main/ (grpo/ or ppo/ with metrics.jsonl, tensorboard/, checkpoints/,
 # success_curve.png; eval_warm_start/ and eval_grpo/ or eval_ppo/; warm_start/ when trained here). RL
 # resumes from its latest checkpoint, so an interrupted run continues.
-# Budget (env vars): VLA_RL_MINUTES (a wall-time cap; 40 for full, none for easy), VLA_EVAL_EPISODES (128 each).
+# Budget (env vars): VLA_RL_MINUTES (a wall-time cap; 40 for full, none for easy), VLA_EVAL_EPISODES (128 each, a multiple of 4).
 # Extra arguments are recipe overrides for the RL stage.
 set -euo pipefail
 ALG="${VLA_ALGORITHM:-grpo}"
@@ -47,8 +47,8 @@ EVAL_EPISODES="${VLA_EVAL_EPISODES:-128}"
 if ! [[ "$RL_MINUTES" =~ ^[0-9]+(\.[0-9]+)?$ ]] || [[ "$RL_MINUTES" =~ ^0+(\.0+)?$ ]]; then
   echo "error: VLA_RL_MINUTES=$RL_MINUTES: minutes of RL wall time, a number above 0" >&2; exit 2
 fi
-if ! [[ "$EVAL_EPISODES" =~ ^[0-9]+$ ]] || [ "$EVAL_EPISODES" -lt 1 ]; then
-  echo "error: VLA_EVAL_EPISODES=$EVAL_EPISODES: a number of held-out episodes, at least 1" >&2; exit 2
+if ! [[ "$EVAL_EPISODES" =~ ^[0-9]+$ ]] || [ "$EVAL_EPISODES" -lt 1 ] || [ $((10#$EVAL_EPISODES % 4)) -ne 0 ]; then
+  echo "error: VLA_EVAL_EPISODES=$EVAL_EPISODES: a number of held-out episodes, a positive multiple of 4 (the eval's envs)" >&2; exit 2
 fi
 case "$WARM" in
   shipped) MODEL=warm_start/tiny-openvla-oft-put-on-plate ;;

@@ -26,7 +26,8 @@ def run_script(script: str, *args: str, env: dict[str, str] | None = None, cwd: 
     ("run_train.sh", {"VLA_ALGORITHM": "ppo"}, "the easy task has a GRPO recipe only; use VLA_TASK=full for PPO"),
     ("run_train.sh", {"VLA_RL_MINUTES": "forty"}, "VLA_RL_MINUTES=forty: minutes of RL wall time"),
     ("run_train.sh", {"VLA_RL_MINUTES": "0"}, "VLA_RL_MINUTES=0: minutes of RL wall time, a number above 0"),
-    ("run_train.sh", {"VLA_EVAL_EPISODES": "-5"}, "VLA_EVAL_EPISODES=-5: a number of held-out episodes, at least 1"),
+    ("run_train.sh", {"VLA_EVAL_EPISODES": "-5"}, "VLA_EVAL_EPISODES=-5: a number of held-out episodes, a positive multiple of 4"),
+    ("run_train.sh", {"VLA_EVAL_EPISODES": "10"}, "VLA_EVAL_EPISODES=10: a number of held-out episodes, a positive multiple of 4"),
     ("run_train.sh", {"VLA_WARM_START": "no/such/folder"}, "no/such/folder is not a checkpoint folder (no config.json)"),
 ])
 def test_scripts_refuse_bad_settings_before_setup(tmp_path, script, setting, message):
