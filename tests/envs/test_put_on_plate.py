@@ -849,6 +849,7 @@ def test_vla_eval_reports_success_and_the_env_kwargs(asset_root, tmp_path, monke
     compared = capsys.readouterr().out.split("against the baseline")[1]  # the first run as the baseline
     assert "success_once" in compared and "Fisher's exact test, two-sided: p = " in compared
     assert "initial states: the same 1 in both" in compared  # same --seed and --num-envs
+    assert "settings: the same env options" in compared
     replanned = json.loads((tmp_path / "eval4" / "eval.json").read_text())
     assert replanned["sampling"] == "temperature 0.6, re-planning every 4 actions"
     assert replanned["rows"][0]["length"] == 8.0

@@ -122,10 +122,24 @@ def test_comparison_to_a_baseline_tests_the_success_counts():
     fisher = next(line for line in lines if "Fisher" in line)
     assert "6 of 128 -> 16 of 128 episodes" in fisher and "p = 0.0" in fisher
     assert float(fisher.split("p = ")[1].rstrip(")")) < 0.05
-    assert "p = 1.000" in compare_to_baseline(row(6), row(6))[-2]  # equal counts: no evidence of a change
-    assert lines[-1] == "initial states: not recorded in the warm start's eval.json, so not known to be the same"
+    assert "p = 1.000" in compare_to_baseline(row(6), row(6))[-3]  # equal counts: no evidence of a change
+    assert lines[-2] == "initial states: not recorded in the warm start's eval.json, so not known to be the same"
+    assert lines[-1] == "settings: not recorded in the warm start's eval.json, so not known to be the same"
     with pytest.raises(ValueError, match="compare evaluations of one task"):
         compare_to_baseline(row(6), row(6, env_id="PutCarrotOnPlateInScene-v1"))
+
+
+def test_a_comparison_says_whether_both_ran_with_the_same_settings():
+    from vla_trainer.rl.evaluation import same_settings
+
+    settings = {"env_kwargs": {"low_poly": True}, "asset_pack": "procedural", "terminate": False,
+                "expert_start_phase": None}
+    assert same_settings(settings, dict(settings)).startswith("settings: the same env options")
+    other = {**settings, "env_kwargs": {"low_poly": False}, "terminate": True}
+    line = same_settings(settings, other)
+    assert line.startswith("settings: NOT the same (env_kwargs {'low_poly': True} vs {'low_poly': False}; "
+                           "terminate False vs True)")
+    assert "not recorded in the baseline's" in same_settings({}, settings)
 
 
 def test_a_comparison_says_whether_both_ran_the_same_initial_states():

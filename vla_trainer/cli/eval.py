@@ -57,7 +57,8 @@ def evaluate_tasks(policy, tasks: list[str], args, asset_meta: dict) -> list[dic
         n = res["num_episodes"]
         ci = wilson_interval(round(res["success_once"] * n), n)
         rows.append({"env_id": task, **res, "success_once_ci95": list(ci), "asset_pack": getattr(env, "asset_pack", None),
-                     "episodes": episodes})
+                     "env_kwargs": args.env_kwargs, "terminate": args.terminate,
+                     "expert_start_phase": args.expert_start_phase, "episodes": episodes})
         grasped = f"  grasped_once {res['grasped_once']:.3f}" if "grasped_once" in res else ""
         print(f"{task}: success_once {res['success_once']:.3f} (95 % CI {ci[0]:.3f}-{ci[1]:.3f})  "
               f"success_at_end {res['success_at_end']:.3f}{grasped}  ({n} episodes)", flush=True)

@@ -146,8 +146,9 @@ def compare_to_baseline(baseline: dict, row: dict, names: tuple[str, str] = ("ba
     """Lines comparing one task's evaluation ``row`` with a ``baseline`` row of the same task
     (both as ``vla-eval`` writes them to ``eval.json``): each metric both rows hold, its change,
     for ``success_once`` the 95 % intervals and a two-sided Fisher exact test of the counts
-    (are the two success rates the same?), and whether both ran the same initial states (from
-    the rows' ``episodes``; an evaluation's states depend on its seed and its number of envs).
+    (are the two success rates the same?), whether both ran the same initial states (from
+    the rows' ``episodes``; an evaluation's states depend on its seed and its number of envs), and
+    whether with the same settings (``SETTINGS``).
 
     Raises:
         ValueError: the rows are of different tasks.
@@ -171,7 +172,24 @@ def compare_to_baseline(baseline: dict, row: dict, names: tuple[str, str] = ("ba
     lines.append(f"success_once: {k_a} of {n_a} -> {k_b} of {n_b} episodes (95 % intervals {ci[names[0]]} % and "
                  f"{ci[names[1]]} %; Fisher's exact test, two-sided: p = {p:.3f})")
     lines.append(same_initial_states(baseline.get("episodes"), row.get("episodes"), names))
+    lines.append(same_settings(baseline, row, names))
     return lines
+
+
+SETTINGS = ("env_kwargs", "asset_pack", "terminate", "expert_start_phase")
+"""What a ``vla-eval`` row records of how its episodes ran, besides the task and initial states."""
+
+
+def same_settings(a: dict, b: dict, names: tuple[str, str] = ("baseline", "policy")) -> str:
+    """One line saying whether two evaluation rows ran with the same env options, asset pack, episode
+    end and start (``SETTINGS``): the same initial state ids under other options are other episodes."""
+    for row, name in ((a, names[0]), (b, names[1])):
+        if any(key not in row for key in SETTINGS):
+            return f"settings: not recorded in the {name}'s eval.json, so not known to be the same"
+    differ = [f"{key} {a[key]!r} vs {b[key]!r}" for key in SETTINGS if a[key] != b[key]]
+    if not differ:
+        return "settings: the same env options, asset pack, episode end and start in both"
+    return f"settings: NOT the same ({'; '.join(differ)}): not a like-for-like comparison"
 
 
 def same_initial_states(a: dict | None, b: dict | None, names: tuple[str, str] = ("baseline", "policy")) -> str:
