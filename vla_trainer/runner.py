@@ -150,7 +150,7 @@ def _loop(cfg: TrainConfig, run_dir: Path, runtime, state: dict, resume_from: Pa
             state["env_steps"] += frames
             record = {"iteration": it + 1, "env_steps": state["env_steps"], **metrics, **targets.stats,
                       **_episode_stats("train", rollout.episodes),
-                      "train/reward_per_step": float(rollout.rewards.sum() / rollout.valid.sum().clamp(min=1)),
+                      "train/reward_per_step": rollout.reward_per_step(),
                       "time/rollout": t_rollout, "time/generation": rollout.timing["generation"],
                       "time/simulation": rollout.timing["simulation"], "time/update": t_update,
                       "time/weight_sync": t_sync}

@@ -128,6 +128,14 @@ def test_logged_ratio_extremes_and_approx_kl_do_not_depend_on_the_micro_batch():
             assert m[key] == pytest.approx(metrics[0][key], rel=1e-4, abs=1e-7), (key, m[key], metrics[0][key])
 
 
+def test_reward_per_step_is_over_the_valid_sub_steps_only():
+    policy = policy_for(*tiny())
+    rollout = synthetic_rollout(policy)
+    rollout.rewards[0, 1, 4:] = 1.0  # after env 1's success: the next episode's, under chunk_reset="immediate"
+    valid = rollout.valid
+    assert rollout.reward_per_step() == pytest.approx(float(rollout.rewards[valid].mean()))
+
+
 def test_critic_warmup_trains_only_the_value_head():
     cfg = _cfg("actor.global_batch_size=4", "actor.micro_batch_size=2", "actor.optim.critic_warmup_steps=1")
     policy, rollout = _setup(cfg)

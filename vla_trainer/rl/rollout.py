@@ -58,6 +58,11 @@ class Rollout:
     def num_envs(self) -> int:
         return self.action_token_ids.shape[1]
 
+    def reward_per_step(self) -> float:
+        """Mean reward of the valid sub-steps (an invalid one's reward, under ``chunk_reset="immediate"``
+        the next episode's, is no step of the episode the chunk was planned for)."""
+        return float((self.rewards * self.valid).sum() / self.valid.sum().clamp(min=1))
+
     def obs(self, t: np.ndarray, n: np.ndarray) -> dict:
         """Observation dict of samples ``(t[k], n[k])`` (what ``policy.prepare`` takes)."""
         obs = {"image": self.image[t, n], "instruction": tuple(self.instruction[i][j] for i, j in zip(t, n))}
