@@ -98,6 +98,29 @@ def test_without_policy_signal_the_bc_term_alone_lowers_the_demo_nll(demos):
     assert after < before - 0.1, (before, after)
 
 
+def test_steps_of_the_bc_term_alone_do_not_dilute_the_policy_metrics(demos):
+    """Two GRPO groups, one scored alike: global batches of its samples only take a step of the BC term
+    alone. The policy metrics are means over the steps that trained on rollout samples: the same as
+    without the BC term (a tiny learning rate keeps the weights, so the same numbers)."""
+    metrics = []
+    for bc_coef in (0.0, 1.0):
+        cfg = load_config("cpu_grpo_tiny_put_on_plate", [
+            "env.train.total_num_envs=4", "algorithm.group_size=2", "actor.global_batch_size=2",
+            "actor.micro_batch_size=2", "algorithm.update_epoch=1", "actor.optim.lr=1e-12",
+            f"algorithm.bc_demo_dirs=[{demos}]", f"algorithm.bc_coef={bc_coef}"])
+        policy = policy_for(*tiny())
+        rollout = synthetic_rollout(policy, N=4)
+        rollout.rewards[:, :2] = 0.0  # envs 0 and 1, one group: no signal
+        targets = compute_targets(rollout, cfg.algorithm, group_size=2)
+        opt, params = make_optimizer(policy, cfg)
+        batches = load_bc_demos(cfg, policy) if bc_coef else None
+        metrics.append(update_policy(policy, opt, params, rollout, targets, cfg, 0, torch.Generator().manual_seed(3),
+                                     demos=batches))
+    assert metrics[1]["actor/sample_fraction"] == 0.5 and "actor/bc_nll" in metrics[1]
+    for key in ("actor/entropy", "actor/clipfrac", "actor/approx_kl", "actor/policy_loss"):
+        assert metrics[1][key] == pytest.approx(metrics[0][key], rel=1e-4, abs=1e-9), key
+
+
 def test_two_data_parallel_ranks_take_the_one_process_step(demos):
     """Each rank runs half the micro-batches; only rank 0 adds the BC term, every rank draws its
     indices, so the summed gradients equal one process's and the generators stay in step."""

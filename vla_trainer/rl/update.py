@@ -142,6 +142,7 @@ def update_policy(policy: VLAPolicy, optimizer: torch.optim.Optimizer, params: l
     flat = lambda x: x.reshape(B, *x.shape[2:])  # noqa: E731  [T, N, ...] -> [B, ...]
     tokens_all, old_lp_all = flat(rollout.action_token_ids), flat(rollout.log_probs)
 
+    passes = 0  # global batches whose passes ran on rollout samples (the same count on every rank)
     policy.model.train()
     for _ in range(alg.update_epoch):
         order = torch.randperm(B, generator=generator)
@@ -156,6 +157,7 @@ def update_policy(policy: VLAPolicy, optimizer: torch.optim.Optimizer, params: l
             work = batch if contributes is None else batch[contributes[batch]]
             if len(work) == 0 and not clone:
                 continue  # a zero gradient: an optimizer step would only replay Adam's momentum
+            passes += len(work) > 0  # a step of the behaviour-cloning term alone logs no policy metric
             # Logged metrics are means over the entries trained on (log-prob entries, tokens, values), summed
             # from micro-batch shares. Entropy and KL values are already shares of the global batch's
             # token count (their loss's denominator), so they are rescaled to the tokens trained on.
@@ -238,14 +240,12 @@ def update_policy(policy: VLAPolicy, optimizer: torch.optim.Optimizer, params: l
             logs["actor/grad_norm"].append(float(grad_norm))
     policy.model.eval()
 
-    # per-step sums over micro-batches become per-global-batch values; average over steps
-    steps = len(logs["actor/grad_norm"])
+    # per-step sums over micro-batches become per-global-batch values; average over the steps that ran passes
     out = {}
     for key, vals in logs.items():
         if not vals:
             continue
-        summed = key in SUMMED_METRICS
-        out[key] = sum(vals) / steps if summed else _extreme_or_mean(key, vals)
+        out[key] = sum(vals) / passes if key in SUMMED_METRICS else _extreme_or_mean(key, vals)
     out["actor/trained"] = float(train_actor)
     if contributes is not None:  # the share of the rollout's samples the passes ran on
         out["actor/sample_fraction"] = float(contributes.float().mean())
