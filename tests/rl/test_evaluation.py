@@ -152,3 +152,44 @@ def test_a_comparison_says_whether_both_ran_the_same_initial_states():
     assert same_initial_states(ids, other).startswith("initial states: NOT the same (2 of 4 / 4 shared;")
     assert "not recorded in the policy's" in same_initial_states(ids, None)
 
+
+
+def test_an_episode_cut_by_a_simulator_crash_is_left_out_not_counted_a_failure(tiny_policy):
+    """Every episode succeeds (the gripper closes); env 1's simulator is killed during the first round:
+    its episode ends as worker_crashed, and the rates are over the three episodes that ran."""
+    import functools
+    import os
+    import signal
+    import types
+
+    import numpy as np
+    import torch
+    from toy_env import ToyEnv
+
+    from vla_envs.core import ChunkVectorEnv
+    from vla_envs.core.pool import ProcessPoolBackend
+    from vla_trainer.rl.evaluation import evaluate_policy
+
+    backend = ProcessPoolBackend([functools.partial(ToyEnv, 4)] * 2, restart_crashed=True)
+    env = ChunkVectorEnv(backend, auto_reset=False, ignore_terminations=True)
+    calls = []
+
+    class CloseTheGripper:
+        chunk_size = 2
+
+        def act(self, obs, **kw):
+            if not calls:
+                os.kill(backend.pids[1], signal.SIGKILL)
+            calls.append(1)
+            actions = torch.zeros(2, 2, 7)
+            actions[:, :, 6] = 1.0
+            return types.SimpleNamespace(actions=actions)
+
+    episodes = {}
+    try:
+        with pytest.warns(RuntimeWarning, match="env worker 1"):
+            res = evaluate_policy(env, CloseTheGripper(), 4, seed=0, episodes=episodes)
+    finally:
+        env.close()
+    assert res["crashed_episodes"] == 1 and res["num_episodes"] == 3 and len(episodes["state_id"]) == 3
+    assert res["success_once"] == 1.0 and np.isclose(res["length"], 4.0)

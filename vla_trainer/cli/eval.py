@@ -61,7 +61,9 @@ def evaluate_tasks(policy, tasks: list[str], args, asset_meta: dict) -> list[dic
                      "expert_start_phase": args.expert_start_phase, "episodes": episodes})
         grasped = f"  grasped_once {res['grasped_once']:.3f}" if "grasped_once" in res else ""
         print(f"{task}: success_once {res['success_once']:.3f} (95 % CI {ci[0]:.3f}-{ci[1]:.3f})  "
-              f"success_at_end {res['success_at_end']:.3f}{grasped}  ({n} episodes)", flush=True)
+              f"success_at_end {res['success_at_end']:.3f}{grasped}  ({n} episodes"
+              + (f"; {res['crashed_episodes']} lost to simulator crashes, not counted" if "crashed_episodes" in res else "")
+              + ")", flush=True)
     return rows
 
 
@@ -272,12 +274,18 @@ def libero_main(args) -> int:
                                               execute_steps=args.execute_steps)
             finally:
                 run_env.close()
-            per_task = {tasks[t].language: float(np.mean([res[t * INIT_STATES_PER_TASK + i]["success_once"]
-                                                           for i in range(args.trials_per_task)]))
-                        for t in range(len(tasks))}
-            rows.append({"suite": suite, "success": float(np.mean([r["success_once"] for r in res.values()])),
-                         "episodes": len(res), "per_task": per_task})
-            print(f"{suite}: success {rows[-1]['success']:.3f} ({len(res)} episodes)", flush=True)
+            ran = {i: r for i, r in res.items() if not r["crashed"]}  # a simulator crash is no policy failure
+            if not ran:
+                raise ValueError(f"{suite}: every episode ended by a simulator crash; nothing to report")
+            per_task = {}
+            for t, task in enumerate(tasks):
+                first = t * INIT_STATES_PER_TASK
+                done = [ran[k]["success_once"] for k in range(first, first + args.trials_per_task) if k in ran]
+                per_task[task.language] = float(np.mean(done)) if done else None
+            rows.append({"suite": suite, "success": float(np.mean([r["success_once"] for r in ran.values()])),
+                         "episodes": len(ran), "crashed_episodes": len(res) - len(ran), "per_task": per_task})
+            lost = f"; {len(res) - len(ran)} lost to simulator crashes, not counted" if len(res) > len(ran) else ""
+            print(f"{suite}: success {rows[-1]['success']:.3f} ({len(ran)} episodes{lost})", flush=True)
     except (FileNotFoundError, VLAModelError, ValueError, KeyError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

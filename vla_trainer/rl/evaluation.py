@@ -65,6 +65,8 @@ def evaluate_policy(env, policy, num_episodes: int, *, seed: int = 0, greedy: bo
     ``execute_steps``: re-plan after this many actions of each chunk (default: the whole chunk).
     ``episodes``: if given, filled with each episode's ``state_id`` and ``success_once`` (lists in
     the order episodes ended), so two evaluations can be checked to have run the same states.
+    An episode cut by its simulator's crash (``truncation_reason`` ``worker_crashed``) is no
+    failure of the policy: it is left out, and ``crashed_episodes`` counts it.
 
     Raises:
         ValueError: ``num_episodes`` is not a positive multiple of ``env.num_envs``, the env
@@ -78,6 +80,7 @@ def evaluate_policy(env, policy, num_episodes: int, *, seed: int = 0, greedy: bo
     if getattr(base, "auto_reset", False):
         raise ValueError("evaluation needs an env made with auto_reset=False (each episode counted once)")
     per_episode: dict[str, list[float]] = defaultdict(list)
+    crashed = 0
     generator = torch.Generator().manual_seed(seed)
     max_chunks = base.max_episode_steps // (execute_steps or policy.chunk_size) + 2
     for r in range(num_episodes // n):
@@ -87,21 +90,32 @@ def evaluate_policy(env, policy, num_episodes: int, *, seed: int = 0, greedy: bo
             sample = policy.act(obs, temperature=temperature, top_k=top_k, greedy=greedy, generator=generator)
             out = env.chunk_step(executed_actions(sample.actions, execute_steps))
             if "episode" in out.info:
-                done = out.info["_episode"] & ~finished
+                ended = out.info["_episode"] & ~finished
+                done = ended & ~crashed_now(out.info)
+                crashed += int((ended & ~done).sum())
                 for key, values in out.info["episode"].items():
                     per_episode[key].extend(np.asarray(values)[done].astype(float).tolist())
                 if episodes is not None:
                     episodes.setdefault("state_id", []).extend(out.info["episode_state_id"][done].tolist())
                     episodes.setdefault("success_once", []).extend(
                         out.info["episode"]["success_once"][done].astype(bool).tolist())
-                finished |= done
+                finished |= ended
             obs = out.obs
             if finished.all():
                 break
         if progress is not None:
             progress(r + 1, num_episodes // n)
+    if not per_episode["success_once"]:
+        raise RuntimeError(f"all {crashed} evaluation episodes ended by simulator crashes; nothing to report")
     return {key: float(np.mean(vals)) for key, vals in per_episode.items()} | {
-        "num_episodes": len(per_episode["success_once"])}
+        "num_episodes": len(per_episode["success_once"])} | ({"crashed_episodes": crashed} if crashed else {})
+
+
+def crashed_now(info: dict) -> np.ndarray:
+    """Per env: its episode was cut by its simulator's crash in this chunk (not the policy's doing)."""
+    reason = info.get("truncation_reason")
+    n = len(info["state_id"])
+    return np.zeros(n, bool) if reason is None else np.asarray(reason, dtype=object) == "worker_crashed"
 
 
 def evaluate_recipe(env, policy, cfg) -> dict:
@@ -119,7 +133,8 @@ def evaluate_initial_states(env, policy, *, seed: int = 0, greedy: bool = False,
     """Runs every initial state the env enumerates exactly once (an env made with
     ``enumerate_initial_states`` and ``auto_reset=True``, so finished envs move on to the next
     state at once). Returns ``{state_id: {success_once, success_at_end, return, length, ...}}``
-    (the env's ``episode_metrics``)."""
+    (the env's ``episode_metrics``), each with ``crashed``: its simulator crashed (no failure of the
+    policy's; leave it out of success rates)."""
     base = getattr(env, "unwrapped", env)
     if not (getattr(base, "enumerate_initial_states", False) and getattr(base, "auto_reset", False)):
         raise ValueError("evaluate_initial_states needs an env made with enumerate_initial_states and auto_reset=True")
@@ -130,9 +145,10 @@ def evaluate_initial_states(env, policy, *, seed: int = 0, greedy: bool = False,
         sample = policy.act(obs, temperature=temperature, top_k=top_k, greedy=greedy, generator=generator)
         out = env.chunk_step(executed_actions(sample.actions, execute_steps))
         if "episode" in out.info:
+            crashed = crashed_now(out.info)
             for i in np.flatnonzero(out.info["_episode"]):
                 results[int(out.info["episode_state_id"][i])] = {
-                    k: float(v[i]) for k, v in out.info["episode"].items()}
+                    **{k: float(v[i]) for k, v in out.info["episode"].items()}, "crashed": bool(crashed[i])}
             if progress is not None:
                 progress(len(results))
         obs = out.obs
