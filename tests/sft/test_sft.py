@@ -535,3 +535,23 @@ def test_checkpoint_options_accept_a_training_checkpoint_and_a_run_folder(traine
         assert cli_main(["sft-report", "--checkpoint", str(folder), "--demos", str(demos), "--steps", "0"]) == 0
         reports.append([ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("t=")])
     assert reports[0] and reports[0] == reports[1] == reports[2]
+
+
+def test_what_a_stage_adds_to_a_checkpoint_starts_from_its_seed(tmp_path):
+    """A continued stage's new layout token and state input start from the stage's seed, whatever an
+    earlier stage left in torch's generator: a resumed warm start equals an uninterrupted one."""
+    from vla_trainer.sft.start import starting_policy
+
+    demos = write_demos(tmp_path / "demos")
+    model, tokenizer = tiny()
+    model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    added = []
+    for generator_state in (1, 2):
+        torch.manual_seed(generator_state)  # what another stage's training left behind
+        policy = starting_policy(demos, init_from=tmp_path / "model", seed=5, layout_token="linear", proprio=True)
+        added.append({k: v.clone() for k, v in policy.model.state_dict().items()
+                      if k.startswith(("layout_token", "proprio_projector"))})
+    assert added[0] and added[0].keys() == added[1].keys()
+    for key in added[0]:
+        torch.testing.assert_close(added[0][key], added[1][key], rtol=0, atol=0)

@@ -41,7 +41,7 @@ def load_init_checkpoint(directory: Path, flag: str = "--init-from"):
 def starting_policy(demos: DemoFolders, *, preset: str = "tiny-openvla-oft", init_from: Path | None = None,
                     seed: int = 0, slot_embeddings: str | None = None, patch_positions: str | None = None,
                     layout_token: str | None = None, proprio: bool = False, unnorm_key: str | None = None):
-    """A ``VLAPolicy``: ``init_from``'s model, or a new ``preset`` model seeded by ``seed``.
+    """A ``VLAPolicy``: ``init_from``'s model, or a new ``preset`` model; what is new starts from ``seed``.
 
     ``patch_positions="sincos"`` / ``layout_token="linear"`` give a model without one a new one to
     learn (None: as it is); ``proprio`` makes it read the robot state, z-scored by the demos'
@@ -62,6 +62,11 @@ def starting_policy(demos: DemoFolders, *, preset: str = "tiny-openvla-oft", ini
     if init_from is not None and "slot_embeddings" in shape:
         raise ValueError("--slot-embeddings shapes a new model; with --init-from the checkpoint's slot inputs "
                          "are used as is")
+    import torch
+
+    # what a stage adds to a checkpoint (place code, layout token, state input) starts from ``seed``, not
+    # from whatever an earlier stage left in the generator: a resumed warm start equals an uninterrupted one
+    torch.manual_seed(seed)
     try:
         if init_from is not None:
             model, tokenizer = load_init_checkpoint(Path(init_from))
