@@ -61,9 +61,9 @@ def run_episodes(args: argparse.Namespace, recorder_folder: Path | None = None) 
     """Roll out ``args.policy`` for ``args.steps`` steps per env (or until ``args.episodes``
     episodes ended), optionally recording video and demos. Returns a summary dict.
 
-    With ``args.episodes``, the episodes counted are each env's first ``ceil(episodes / num_envs)``
-    (the last envs' last one dropped to make the number): which episodes count never depends on how
-    long they ran, so quick successes are not favoured when episodes end at success.
+    With ``args.episodes``, the episodes counted (and recorded) are each env's first
+    ``ceil(episodes / num_envs)``, one fewer for the last envs to make the number: which episodes count
+    never depends on how long they ran, so quick successes are not favoured when episodes end at success.
     """
     import importlib
 
@@ -107,6 +107,8 @@ def run_episodes(args: argparse.Namespace, recorder_folder: Path | None = None) 
                                 scene_bodies=SCENE_BODIES if expert is not None else ())
                 if recorder_folder is not None else None)
     per_env = -(-args.episodes // args.num_envs) if args.episodes else 0
+    extra = per_env * args.num_envs - args.episodes if per_env else 0
+    quota = [per_env - (i >= args.num_envs - extra) for i in range(args.num_envs)] if per_env else None
     by_env: list[list[dict[str, float]]] = [[] for _ in range(args.num_envs)]  # each env's, in order
     kept = 0
     try:
@@ -137,23 +139,23 @@ def run_episodes(args: argparse.Namespace, recorder_folder: Path | None = None) 
                 ep, mask = out.info["episode"], out.info["_episode"]
                 for i in np.flatnonzero(mask):
                     record = {k: float(ep[k][i]) for k in ep}
-                    if not per_env or len(by_env[i]) < per_env:
+                    counted = quota is None or len(by_env[i]) < quota[i]
+                    if counted:
                         by_env[i].append(record)
-                    if recorder is not None:
+                    if recorder is not None and counted:
                         kept += recorder.finish(i, instructions[i], int(state_ids[i]), record)
+                    elif recorder is not None:
+                        recorder.discard(i)
                 if expert is not None:
                     expert.reset(np.flatnonzero(mask))
             state_ids = out.info["state_id"]
             so_far = [e["success_once"] for env_episodes in by_env for e in env_episodes]
             bar.set_postfix(episodes=len(so_far), success_once=f"{np.mean(so_far) if so_far else 0:.2f}")
-            if per_env and min(map(len, by_env)) >= per_env:
+            if quota is not None and all(len(done) >= q for done, q in zip(by_env, quota)):
                 break
         step_s = time.perf_counter() - t1
     finally:
         env.close()
-    if per_env:  # the last envs give one episode fewer, to make args.episodes in all
-        extra = per_env * args.num_envs - args.episodes
-        by_env = [env_episodes[:per_env - (i >= args.num_envs - extra)] for i, env_episodes in enumerate(by_env)]
     episodes = [e for env_episodes in by_env for e in env_episodes]
     mean = lambda k: float(np.mean([e[k] for e in episodes])) if episodes else None  # noqa: E731
     return {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 
 import imageio.v2 as imageio
 import numpy as np
@@ -117,7 +118,7 @@ def test_cli_rollout_unknown_id_exits_nonzero(capsys):
     assert "did you mean" in capsys.readouterr().err
 
 
-def test_rollout_episodes_do_not_favour_quick_successes(monkeypatch):
+def test_rollout_episodes_do_not_favour_quick_successes(monkeypatch, tmp_path):
     """Episodes end at success or after 3 steps; the random gripper succeeds with probability 1/4 per
     step, so success_once is 1 - 0.75**3 = 0.578 whatever the episode's length. Counting the first 6
     episodes to end over 4 envs would favour the short, successful ones (0.64 over these 300 seeded
@@ -138,3 +139,11 @@ def test_rollout_episodes_do_not_favour_quick_successes(monkeypatch):
         rates.append(summary["success_once"])
     truth, standard_error = 1 - 0.75**3, np.sqrt((1 - 0.75**3) * 0.75**3 / 1800)
     assert abs(np.mean(rates) - truth) < 3 * standard_error, np.mean(rates)
+    # collect-demos records exactly the episodes it counts: 3 from env 0, then 1 from each other env
+    args = argparse.Namespace(env_id="vla/ToyShort-v0", command="collect-demos", policy="random", num_envs=4,
+                              episodes=6, steps=10**9, chunk=1, image_size=4, seed=0, video=None, env_kwargs={},
+                              only_success=False)
+    summary = run_episodes(args, recorder_folder=tmp_path / "demos")
+    index = json.loads((tmp_path / "demos" / "index.json").read_text())
+    assert summary["episodes"] == summary["demos_kept"] == len(index["episodes"]) == 6
+    assert sum(e["success_once"] for e in index["episodes"]) == round(summary["success_once"] * 6)
