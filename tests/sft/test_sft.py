@@ -91,6 +91,13 @@ def test_build_samples_from_several_folders(tmp_path):
     np.testing.assert_array_equal(samples.action_chunk[:10], build_samples(a, chunk_size=4).action_chunk)
 
 
+def test_build_samples_from_folders_recorded_at_two_image_sizes(tmp_path):
+    small = write_demos(tmp_path / "small", image_size=IMAGE, episodes=1, steps=3)
+    large = write_demos(tmp_path / "large", image_size=2 * IMAGE, episodes=1, steps=3)
+    samples = build_samples([small, large], chunk_size=2)
+    assert samples.image.shape == (6, 2 * IMAGE, 2 * IMAGE, 3)  # the larger size; the model resizes after
+
+
 def test_first_frame_repeats_draw_each_episodes_first_frame_that_often(tmp_path):
     a = write_demos(tmp_path / "a", episodes=2, steps=5)
     b = write_demos(tmp_path / "b", episodes=1, steps=7, seed=1)
@@ -125,6 +132,47 @@ def test_an_sft_model_records_the_env_options_of_its_demos_and_serving_reads_the
     assert spec.camera_crop == (190, 80, 460, 350) and spec.task == "Synthetic-v0"
     # demos that do not say (or disagree) record nothing: the crop stays unknown, not guessed
     assert train_sft(fresh_policy(), [a, tmp_path / "b"], cfg, progress=False)["env_kwargs"] is None
+
+
+def test_demo_folders_agree_on_their_scene_whatever_their_contract_options(tmp_path):
+    """Demos and corrections of one scene differ in how their envs ran (auto_reset, image size): the
+    crop is still recorded. Folders of two crops name the difference, and record no crop."""
+    from vla_envs.demos import EpisodeRecorder
+    from vla_trainer.data import demos_env
+
+    def folder(name, **env_kwargs):
+        recorder = EpisodeRecorder(tmp_path / name, 1, "Synthetic-v0", None, env_kwargs=env_kwargs)
+        recorder.add({"image": np.zeros((1, 8, 8, 3), np.uint8), "state": np.zeros((1, 9), np.float32)},
+                     np.zeros((1, 7), np.float32), np.zeros(1, np.float32), np.ones(1, bool))
+        recorder.finish(0, "x", 0, {"success_once": 1.0, "success_at_end": 1.0, "return": 1.0})
+        return tmp_path / name
+
+    crop = [190, 80, 460, 350]
+    demos = folder("demos", image_size=64, camera_crop=crop, low_poly=True)
+    corrections = folder("corrections", image_size=128, camera_crop=crop, low_poly=True, auto_reset=True)
+    assert demos_env([demos, corrections])["env_kwargs"] == {"camera_crop": crop, "low_poly": True}
+    other = folder("other", image_size=64, camera_crop=[0, 0, 640, 480], low_poly=True)
+    with pytest.warns(UserWarning, match=r"other scene options \(camera_crop: .*demos: \[\[190, 80, 460, 350\]\]"):
+        assert demos_env([demos, other])["env_kwargs"] is None
+
+
+def test_a_warm_start_run_refuses_demos_of_another_scene_than_its_recipe_now_gives(tmp_path):
+    """``demos.env_from`` is another recipe, whose scene can change under the same warm-start recipe:
+    stages made from demos of the old scene are not continued."""
+    from vla_trainer.config.warm_start import load_warm_start
+    from vla_trainer.sft.warm_start import claim_run_dir, demo_env_kwargs
+
+    cfg = load_warm_start("tiny_put_on_plate_easy")
+    scene = demo_env_kwargs(cfg)
+    (tmp_path / "run" / "demos").mkdir(parents=True)
+    index = tmp_path / "run" / "demos" / "index.json"
+    index.write_text(json.dumps({"format": "vla-demos-v1", "env_id": cfg.demos.env_id, "episodes": [],
+                                 "env_kwargs": {**scene, "image_size": 64, "vectorization": "pool"}}))
+    claim_run_dir(tmp_path / "run", cfg)  # the same scene, recorded with how the env ran
+    index.write_text(json.dumps({"format": "vla-demos-v1", "env_id": cfg.demos.env_id, "episodes": [],
+                                 "env_kwargs": {**scene, "camera_crop": [0, 0, 640, 480], "image_size": 64}}))
+    with pytest.raises(ValueError, match="demos were recorded with the scene options .*now gives"):
+        claim_run_dir(tmp_path / "run", cfg)
 
 
 def test_release_chunks_mark_the_chunks_that_hold_the_first_opening_after_a_grasp():

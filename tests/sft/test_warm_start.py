@@ -13,6 +13,7 @@ from tiny_vla import tiny  # noqa: F401  (sets HF_HUB_OFFLINE and one torch thre
 from shipped_paths import SHIPPED_WARM_START
 
 from vla_trainer.config import load_config
+from vla_trainer.data import scene_options
 from vla_trainer.models import load_pretrained
 
 
@@ -128,5 +129,19 @@ def test_the_variant_recipe_records_its_demos_and_continues_the_shipped_warm_sta
     made_by = json.loads((out / "made_by.json").read_text())
     assert made_by["init"] == "the checkpoint warm_start/tiny-openvla-oft-put-on-plate"
     assert made_by["demos"]["env_kwargs"] == dict(load_config("cpu_grpo_tiny_put_on_plate_easy").env.train.env_kwargs)
+    assert made_by["demos"]["env_kwargs"] == scene_options(index["env_kwargs"])  # read from what the demos recorded
     model, _ = load_pretrained(out)
     assert model.config.proprio_dim > 0  # the shipped warm start's state input, kept
+
+
+def test_a_publish_folder_that_would_lose_something_is_refused_before_any_stage(tmp_path, capsys):
+    from vla_trainer.cli.train import main as vla_train
+
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "todo.txt").write_text("mine")
+    assert vla_train(["warm-start", "--config", "tiny_put_on_plate_easy", "--out", str(tmp_path / "run"),
+                      "--publish", str(notes)]) == 2
+    assert "error:" in capsys.readouterr().err and (notes / "todo.txt").read_text() == "mine"
+    assert not (tmp_path / "run").exists()  # no demos recorded, no stage run
+

@@ -88,7 +88,8 @@ def cmd_warm_start(args: argparse.Namespace) -> int:
     from vla_trainer.config import ConfigError
     from vla_trainer.config.warm_start import load_warm_start, warm_start_yaml
     from vla_trainer.models import VLAModelError
-    from vla_trainer.sft.warm_start import make_warm_start, publish_warm_start
+    from vla_trainer.checkpoint import check_model_out_dir
+    from vla_trainer.sft.warm_start import make_warm_start, project_path, publish_warm_start
 
     try:
         cfg = load_warm_start(args.config, args.overrides)
@@ -107,12 +108,14 @@ def cmd_warm_start(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     try:
+        if args.publish is not None:  # before hours of stages: a folder that would lose something is refused now
+            check_model_out_dir(args.publish or project_path(cfg.publish_to))
         last = make_warm_start(cfg, args.out)
         print(f"warm start: {last}")
         if args.publish is not None:
             command = " ".join(["vla-train warm-start --config", str(args.config), *args.overrides])
             print(f"published {publish_warm_start(args.out, args.publish or None, command=command)}")
-    except (FileNotFoundError, ValueError, KeyError, VLAModelError) as e:
+    except (FileNotFoundError, FileExistsError, ValueError, KeyError, VLAModelError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except subprocess.CalledProcessError as e:
@@ -126,6 +129,9 @@ def cmd_publish_warm_start(args: argparse.Namespace) -> int:
 
     try:
         out = publish_warm_start(args.run, args.to)
+    except FileExistsError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     except (FileNotFoundError, KeyError, ValueError) as e:
         print(f"error: --run {args.run}: not a whole warm-start folder ({type(e).__name__}: {e})", file=sys.stderr)
         return 2

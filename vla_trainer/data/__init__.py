@@ -11,6 +11,8 @@ from .demos import (
     load_episodes,
     release_chunks,
     resize_images,
+    scene_options,
+    stack_images,
     state_stats,
 )
 from .scene import TARGETS_PER_BODY, scene_targets, yaw_of_wxyz

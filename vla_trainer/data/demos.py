@@ -7,6 +7,7 @@ of the episode by repeating the last action. The demo folders are ``vla_envs.dem
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,15 +96,35 @@ def load_episodes(demo_dirs: DemoFolders, only_success: bool = False) -> list[di
     return episodes
 
 
+def scene_options(env_kwargs: dict) -> dict:
+    """The options of a demo folder's env that decide what its images show (``camera_crop``,
+    ``camera_file``, assets, variant, ...): without the vector env's contract (``auto_reset``,
+    ``time_limit``, ...) and how the env ran (``image_size``: demos are resized to the model's;
+    ``vectorization``, the simulation and render backends)."""
+    from vla_envs.core.options import contract_options
+
+    how = {*contract_options(), "image_size", "vectorization", "sim_backend", "render_backend"}
+    return {k: v for k, v in env_kwargs.items() if k not in how}
+
+
 def demos_env(demo_dirs: DemoFolders) -> dict:
-    """``{"env_id", "env_kwargs"}``: the env the demos were recorded in and its options, each when
-    every folder records the same (else None)."""
-    indexes = [load_index(folder) for folder in demo_folders(demo_dirs)]
-    out = {}
-    for key, kind in (("env_id", str), ("env_kwargs", dict)):
-        found = [index.get(key) for index in indexes]
-        out[key] = found[0] if found and isinstance(found[0], kind) and all(f == found[0] for f in found) else None
-    return out
+    """``{"env_id", "env_kwargs"}``: the env the demos were recorded in and its scene options
+    (``scene_options``), each when every folder records the same (else None; folders recorded with
+    other scene options, e.g. another crop, are named in a warning: the model's view is then not
+    recorded, and serving needs it given)."""
+    folders = demo_folders(demo_dirs)
+    indexes = [load_index(folder) for folder in folders]
+    ids = [index.get("env_id") for index in indexes]
+    scenes = [scene_options(k) if isinstance(k := index.get("env_kwargs"), dict) else None for index in indexes]
+    if all(s is not None for s in scenes) and any(s != scenes[0] for s in scenes):
+        differ = sorted({key for s in scenes for key in {*s, *scenes[0]} if s.get(key) != scenes[0].get(key)})
+        warnings.warn(f"the demo folders were recorded with other scene options ({', '.join(differ)}: "
+                      + "; ".join(f"{folder}: {[s.get(key) for key in differ]}" for folder, s in zip(folders, scenes))
+                      + "); the model's env options are not recorded, so give serving its camera_crop / camera_file",
+                      stacklevel=2)
+    same = lambda found, kind: (found[0] if found and isinstance(found[0], kind)  # noqa: E731
+                                and all(f == found[0] for f in found) else None)
+    return {"env_id": same(ids, str), "env_kwargs": same(scenes, dict)}
 
 
 def build_samples(demo_dir: DemoFolders, chunk_size: int) -> SFTSamples:
@@ -119,7 +140,7 @@ def build_samples(demo_dir: DemoFolders, chunk_size: int) -> SFTSamples:
         raise ValueError(f"{demo_dir}: the demo folder holds no successful episodes with steps (failed ones, which "
                          f"recordings of the real robot keep, are not trained on)")
     return SFTSamples(
-        image=np.concatenate([e["image"] for e in episodes]),
+        image=stack_images(episodes),
         state=np.concatenate([e["state"] for e in episodes]).astype(np.float32),
         instruction=[str(e["instruction"]) for e in episodes for _ in range(len(e["action"]))],
         action_chunk=np.concatenate([action_chunks(e["action"], chunk_size) for e in episodes]),
@@ -156,6 +177,23 @@ def epoch_pool(samples: SFTSamples, first_frame_repeats: int, release_frame_repe
     release = np.flatnonzero(samples.holds_release)
     return np.concatenate([np.arange(len(samples))] + [first] * (first_frame_repeats - 1)
                           + [release] * (release_frame_repeats - 1))
+
+
+def stack_images(episodes: list[dict[str, np.ndarray]]) -> np.ndarray:
+    """Every episode's images in one uint8 array ``[M, S, S, 3]``: folders recorded at other (square)
+    sizes are resized to the largest; the model resizes them to its own after.
+
+    Raises:
+        ValueError: images of several sizes that are not all square.
+    """
+    sizes = sorted({tuple(e["image"].shape[1:3]) for e in episodes})
+    if len(sizes) == 1:
+        return np.concatenate([e["image"] for e in episodes])
+    if any(h != w for h, w in sizes):
+        raise ValueError(f"the demo folders hold images of several sizes, not all square ({sizes}, height x width); "
+                         "record them at one --image-size")
+    side = sizes[-1][0]
+    return np.concatenate([resize_images(e["image"], side) for e in episodes])
 
 
 def resize_images(images: np.ndarray, size: int, batch: int = 256) -> np.ndarray:

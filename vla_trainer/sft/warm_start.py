@@ -25,8 +25,9 @@ import sys
 from pathlib import Path
 
 from vla_envs.demos import load_index
-from vla_trainer.checkpoint import publish_half_precision
+from vla_trainer.checkpoint import publish_half_precision, write_atomic_dir
 from vla_trainer.config.warm_start import WarmStartConfig, load_warm_start, warm_start_yaml
+from vla_trainer.data import scene_options
 from vla_trainer.metrics_log import sft_curve
 from vla_trainer.sft.start import starting_policy
 
@@ -61,6 +62,12 @@ def claim_run_dir(run_dir: Path, cfg: WarmStartConfig) -> None:
     if recorded.is_file() and recorded.read_text() != text:
         raise ValueError(f"{run_dir} holds a warm start made with another recipe ({recorded}); give a new folder "
                          "or remove it")
+    index = run_dir / "demos" / "index.json"
+    if index.is_file() and isinstance(recorded_with := load_index(run_dir / "demos").get("env_kwargs"), dict):
+        then, now = scene_options(recorded_with), scene_options(demo_env_kwargs(cfg))
+        if then != now:  # demos.env_from is another recipe: its scene can change under the same text
+            raise ValueError(f"{run_dir}'s demos were recorded with the scene options {then}; the recipe "
+                             f"{cfg.demos.env_from} now gives {now}: give a new folder or remove it")
     recorded.write_text(text)
 
 
@@ -107,10 +114,8 @@ def make_warm_start(cfg: WarmStartConfig, run_dir: str | Path, *, progress: bool
                                      proprio=stage.proprio)
             train_sft(policy, demos, stage.sft, out_dir=out, progress=progress)
         previous = out
-    last = run_dir / "sft"
-    shutil.rmtree(last, ignore_errors=True)
-    shutil.copytree(previous, last)
-    return last
+    # whole or not at all: publishing reads it
+    return write_atomic_dir(run_dir / "sft", lambda tmp: shutil.copytree(previous, tmp, dirs_exist_ok=True))
 
 
 def made_by(run_dir: str | Path, cfg: WarmStartConfig, command: str) -> dict:
@@ -121,7 +126,10 @@ def made_by(run_dir: str | Path, cfg: WarmStartConfig, command: str) -> dict:
         "command": command,
         "demos": {"env_id": index["env_id"], "asset_pack": index["asset_pack"], "episodes_recorded": cfg.demos.episodes,
                   "episodes_kept": len(index["episodes"]), "seed": cfg.demos.seed,
-                  "expert_kwargs": index.get("expert_kwargs", {}), "env_kwargs": demo_env_kwargs(cfg)},
+                  "expert_kwargs": index.get("expert_kwargs", {}),
+                  # as the demos recorded them (older demo folders do not: the recipe's then)
+                  "env_kwargs": scene_options(index["env_kwargs"] if isinstance(index.get("env_kwargs"), dict)
+                                              else demo_env_kwargs(cfg))},
         "init": f"a new {cfg.preset}, vision-pretrained" if cfg.init == "vision" else f"the checkpoint {cfg.init}",
     }
     if cfg.init == "vision":
