@@ -121,10 +121,13 @@ def test_steps_of_the_bc_term_alone_do_not_dilute_the_policy_metrics(demos):
         assert metrics[1][key] == pytest.approx(metrics[0][key], rel=1e-4, abs=1e-9), key
 
 
-def test_two_data_parallel_ranks_take_the_one_process_step(demos):
+@pytest.mark.parametrize("optim", [[], ["actor.optim.weight_decay=0.5", "actor.optim.lr=1e-2"]])
+def test_two_data_parallel_ranks_take_the_one_process_step(demos, optim):
     """Each rank runs half the micro-batches; only rank 0 adds the BC term, every rank draws its
-    indices, so the summed gradients equal one process's and the generators stay in step."""
-    cfg, _, rollout, _ = _grpo_without_signal(demos, "algorithm.bc_coef=0.5", "actor.optim.clip_grad=1e9")
+    indices, so the summed gradients equal one process's and the generators stay in step. With
+    weight decay, the parameters no rank gave a gradient (vision blocks the model does not run) stay
+    as they are, as in one process."""
+    cfg, _, rollout, _ = _grpo_without_signal(demos, "algorithm.bc_coef=0.5", "actor.optim.clip_grad=1e9", *optim)
     rollout.rewards[0, 0] += 1.0  # a signal in the first group, so the policy term is there too
     targets = compute_targets(rollout, cfg.algorithm, group_size=2)
 

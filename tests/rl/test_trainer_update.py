@@ -268,3 +268,13 @@ def test_concatenated_rollouts_are_one_rollout_of_more_envs():
     obs = both.obs(np.array([0, 1]), np.array([3, 2]))
     assert obs["instruction"] == (b.instruction[0][1], b.instruction[1][0])
     copy.deepcopy(both)  # plain data: picklable / copyable
+
+
+def test_rank_metrics_merge_keeps_what_only_one_rank_logged():
+    from vla_trainer.rl.update import merge_rank_metrics
+
+    merged = merge_rank_metrics([{"actor/clipfrac": 0.1, "actor/grad_norm": 2.0},
+                                 {"actor/clipfrac": 0.2, "actor/grad_norm": 2.0, "actor/ratio_min": 0.5,
+                                  "actor/ratio_max": 1.5}])
+    assert merged == pytest.approx({"actor/clipfrac": 0.3, "actor/grad_norm": 2.0, "actor/ratio_min": 0.5,
+                                    "actor/ratio_max": 1.5})

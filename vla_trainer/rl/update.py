@@ -260,7 +260,7 @@ SUMMED_METRICS = ("actor/policy_loss", "critic/value_loss", "actor/clipfrac", "a
 def merge_rank_metrics(per_rank: list[dict]) -> dict:
     """The metrics of one data-parallel update from each rank's ``update_policy`` result."""
     out = {}
-    for key in per_rank[0]:
+    for key in dict.fromkeys(k for m in per_rank for k in m):  # a rank whose micro-batches held no entry logs less
         vals = [m[key] for m in per_rank if key in m]
         out[key] = sum(vals) if key in SUMMED_METRICS else _extreme_or_mean(key, vals)
     return out
@@ -274,17 +274,24 @@ def _extreme_or_mean(key: str, vals: list[float]) -> float:
 def _reduce_gradients(params: list[torch.nn.Parameter], all_reduce: Callable[[torch.Tensor], None],
                       bad: str | None, iteration: int) -> str | None:
     """Sums gradients over ranks in one flat buffer (one collective, not one per tensor) and
-    whether any rank saw a non-finite loss; returns the error every rank then raises."""
+    whether any rank saw a non-finite loss; returns the error every rank then raises.
+
+    A parameter no rank gave a gradient keeps ``grad=None``, as in one process: the optimizer then
+    leaves it alone (AdamW would decay it, and keep state for it, if it held a zero gradient)."""
+    had = torch.tensor([float(p.grad is not None) for p in params], device=params[0].device)
     for p in params:
         if p.grad is None:  # every rank must contribute the same layout
             p.grad = torch.zeros_like(p)
     flag = torch.tensor([float(bad is not None)], device=params[0].device)
-    flat = torch.cat([p.grad.reshape(-1).float() for p in params] + [flag])
+    flat = torch.cat([p.grad.reshape(-1).float() for p in params] + [had, flag])
     all_reduce(flat)
     offset = 0
     for p in params:
         p.grad.copy_(flat[offset:offset + p.numel()].view_as(p.grad))
         offset += p.numel()
+    for p, any_rank_had in zip(params, flat[offset:offset + len(params)]):
+        if any_rank_had == 0:
+            p.grad = None
     if flat[-1] > 0 and bad is None:
         bad = f"the loss became non-finite on another actor worker at iteration {iteration}; no optimizer step was taken"
     return bad
