@@ -193,3 +193,18 @@ def test_an_episode_cut_by_a_simulator_crash_is_left_out_not_counted_a_failure(t
         env.close()
     assert res["crashed_episodes"] == 1 and res["num_episodes"] == 3 and len(episodes["state_id"]) == 3
     assert res["success_once"] == 1.0 and np.isclose(res["length"], 4.0)
+
+
+def test_a_seeded_draw_is_the_generators_whatever_the_policys_device():
+    """On one device a seeded draw is torch's own. (A policy on a GPU given an evaluation's CPU
+    generator draws on the CPU, torch refusing a CPU generator for a GPU tensor: bench/gpu_check.py's
+    generation part runs that; no GPU here.)"""
+    import torch
+
+    from vla_trainer.models.sampling import sample_indices
+
+    logits = torch.randn(4, 3, 16, generator=torch.Generator().manual_seed(0))
+    drawn = sample_indices(logits, torch.Generator().manual_seed(1))
+    expected = torch.multinomial(torch.softmax(logits, -1).reshape(-1, 16), 1,
+                                 generator=torch.Generator().manual_seed(1)).view(4, 3)
+    assert torch.equal(drawn, expected)
