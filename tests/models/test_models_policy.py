@@ -159,3 +159,17 @@ def test_policy_inputs_index_and_prompt_layout(policy):
     assert isinstance(sub, PolicyInputs) and sub.input_ids.shape[0] == 2
     text = policy.tokenizer.decode(inputs.input_ids[0][inputs.attention_mask[0]])
     assert text == f"In: What action should the robot take to {INSTRUCTIONS[0].lower()}?\nOut: "
+
+
+@pytest.mark.parametrize("preset", ["tiny-openvla", "tiny-openvla-oft"])
+def test_a_bfloat16_model_keeps_exactly_k_tokens(preset):
+    """Rounded to bfloat16, many of a row's 256 action logits tie, and top-k kept every token tied at
+    the k-th value. The action logits are float32 from the bfloat16 hidden states: k tokens."""
+    from vla_trainer.models.sampling import processed_logits
+
+    model, _ = tiny(preset)
+    model = model.to(torch.bfloat16)
+    width = model.get_output_embeddings().in_features
+    hidden = torch.randn(64, width, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+    kept = torch.isfinite(processed_logits(model.action_logits_from_hidden(hidden), 1.0, 50)).sum(-1)
+    assert (kept == 50).all(), kept.max()
