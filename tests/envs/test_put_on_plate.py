@@ -85,6 +85,28 @@ def test_a_split_of_some_positions_and_yaws_decodes_only_to_them():
         episodes.pairs_between(object_cells=(36,), plate_cells=(1,))
 
 
+def test_every_eepose_episode_moves_every_joint_by_half_the_noise_at_least():
+    ids = np.array([0, 1, 2, 5, 123457, 802815])
+    offsets = episodes.arm_pose_offsets(ids, 0.15)
+    assert offsets.shape == (6, 7) and np.all(np.abs(offsets) >= 0.075) and np.all(np.abs(offsets) <= 0.15)
+    assert np.array_equal(episodes.arm_pose_offsets(ids[::-1], 0.15), offsets[::-1])  # a function of the id
+    assert len({tuple(row) for row in np.sign(offsets)}) > 1  # the directions differ between episodes
+
+
+@pytest.mark.parametrize("k", [2, 3, 4])
+def test_expert_start_phases_are_drawn_independently_of_the_yaw(k):
+    """Each phase takes about 1/k of the episodes of every yaw (the yaw is the id's last digit: a
+    hash read from its low bits gave each yaw one phase)."""
+    s = episodes.get_split("train")
+    ids = np.arange(0, s.num_episodes, 7)
+    phase, yaw = episodes.start_phase_index(ids, k), episodes.decode(ids, s)["yaw"]
+    assert phase.min() == 0 and phase.max() == k - 1
+    for y in np.unique(yaw):
+        shares = np.bincount(phase[yaw == y], minlength=k) / (yaw == y).sum()
+        assert np.all(np.abs(shares - 1 / k) < 0.02), (y, shares)
+    assert np.array_equal(episodes.start_phase_index(ids, k), phase)  # a function of the id
+
+
 def test_the_curriculum_variant_and_its_held_out_twin_share_every_factor_but_no_initial_state():
     from vla_envs.tasks.put_on_plate.variants import CURRICULUM, VARIANTS, get_variant
 

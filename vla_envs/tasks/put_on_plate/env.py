@@ -226,9 +226,8 @@ class PutOnPlateInScene25Env(BaseEnv):
                     actor.set_angular_velocity(torch.zeros(b, 3))
             qpos = torch.as_tensor(self.agent.keyframes["rest"].qpos, dtype=torch.float32).repeat(b, 1)
             if self.variant.init_qpos_noise_rad:
-                # deterministic per episode id, no per-env loop: a fixed "hash" of the id per joint
-                phase = self.episode_id[idx].double()[:, None] * torch.arange(1, 8, dtype=torch.float64) * 0.7071
-                qpos[:, :7] += (torch.sin(phase) * self.variant.init_qpos_noise_rad).float()
+                offsets = episodes.arm_pose_offsets(self.episode_id[idx].cpu().numpy(), self.variant.init_qpos_noise_rad)
+                qpos[:, :7] += torch.as_tensor(offsets, dtype=torch.float32)
             self.agent.reset(qpos)
             # the joint drives still aim at the previous episode's last targets: during the settle
             # below they would pull the arm back there, so every episode after the first would
@@ -272,10 +271,8 @@ class PutOnPlateInScene25Env(BaseEnv):
         the gripper as it was. Returns the observation the policy starts from. The expert's
         steps are the env's, so ``evaluate`` sees its grasp (the dense reward's grasp stages are
         paid before the policy's first step), but the vector env's time limit starts after them."""
-        k = len(self.expert_start_phases)
-        # Knuth's multiplicative hash: consecutive ids (which differ only in their yaw) spread over the phases
-        target = np.array([self.expert_start_phases[(int(e) * 2654435761 % 2**32) % k]
-                           for e in self.episode_id.tolist()])
+        phase = episodes.start_phase_index(self.episode_id.cpu().numpy(), len(self.expert_start_phases))
+        target = np.array(self.expert_start_phases)[phase]
         expert = ScriptedExpert(self.num_envs)
         grip = np.full(self.num_envs, OPEN, np.float32)
         for _ in range(EXPERT_START_MAX_STEPS):

@@ -160,6 +160,26 @@ def decode(episode_ids: np.ndarray, split: Split) -> dict[str, np.ndarray]:
     }
 
 
+def arm_pose_offsets(episode_ids: np.ndarray, noise_rad: float) -> np.ndarray:
+    """The EEPose variant's initial joint offsets, float ``[B, 7]`` rad: each joint moved by a random
+    sign times between half and all of ``noise_rad``, drawn from a generator seeded by the episode id
+    (the same id, the same pose; every episode's pose is off the training one, none by a hair)."""
+    offsets = []
+    for episode_id in np.asarray(episode_ids, dtype=np.int64).tolist():
+        rng = np.random.default_rng([episode_id, 0xEE9053])
+        offsets.append(rng.choice([-1.0, 1.0], 7) * rng.uniform(0.5, 1.0, 7) * noise_rad)
+    return np.asarray(offsets, dtype=np.float64).reshape(-1, 7)
+
+
+def start_phase_index(episode_ids: np.ndarray, k: int) -> np.ndarray:
+    """Which of ``k`` scripted-expert start phases each episode id starts from (``expert_start_phases``):
+    the top bits of Knuth's multiplicative hash of the id, so that consecutive ids spread over the
+    phases and the choice is independent of every digit, the yaw (the last) included. A function of
+    the id, so the episodes of a GRPO group share it. int ``[B]`` -> int ``[B]`` in ``0..k-1``."""
+    hashed = (np.asarray(episode_ids, dtype=np.uint64) * np.uint64(2654435761)) % np.uint64(2**32)
+    return ((hashed * np.uint64(k)) >> np.uint64(32)).astype(np.int64)
+
+
 def encode(episode: Episode, split: Split) -> int:
     """The episode id of ``episode`` (global indices) within ``split``."""
     def digit(ids: np.ndarray, value: int, name: str) -> int:

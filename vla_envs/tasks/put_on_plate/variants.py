@@ -45,7 +45,8 @@ class Variant:
     grid_offset_m: float = 0.0
     """Shift of the position grid (unseen positions)."""
     init_qpos_noise_rad: float = 0.0
-    """Deterministic per-episode offset of the arm's initial joints (unseen initial pose)."""
+    """Per-episode offsets of the arm's initial joints (unseen initial pose): every joint moved by half to
+    all of this, in a direction drawn per episode id (``episodes.arm_pose_offsets``)."""
     move_object_at_step: int = 0
     """Teleport the object to another position at this step unless grasped (0: never)."""
     positions: tuple[int, ...] | None = None
