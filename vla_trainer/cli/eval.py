@@ -15,10 +15,11 @@ Each env runs exactly one episode per round (no auto-reset double counting); epi
 initial states drawn with seeds that training never uses, from the task's whole set: on a task a run
 trained on, a long run may have met a few of them (PutOnPlate's 802,816 states: about 8 of 128
 after the paper's 1000-iteration GRPO recipe). States no run trained on are a held-out twin's
-(``PutOnPlateInScene25EasyHeldOut-v3`` beside ``Easy``) or an OOD variant's. Both success notions are reported, labelled:
-``success_once`` (the task was solved at some step) and ``success_at_end`` (solved at the last step).
-Tasks that report sub-goals add partial success, e.g. ``grasped_once`` (the object was held at
-some step) on the ManiSkill tasks, as SimplerEnv reports grasp rates beside success.
+(``PutOnPlateInScene25EasyHeldOut-v3`` beside ``Easy``) or an OOD variant's. Both success notions
+are reported, labelled: ``success_once`` (the task was solved at some step) and ``success_at_end``
+(solved at the last step). Tasks that report sub-goals add partial success, e.g. ``grasped_once``
+(the object was held at some step) on the ManiSkill tasks, as SimplerEnv reports grasp rates beside
+success.
 """
 
 from __future__ import annotations
@@ -262,12 +263,12 @@ def libero_main(args) -> int:
         check_execute_steps(args.execute_steps, policy.chunk_size)
         kwargs = {"image_size": policy.config.image_size, **args.env_kwargs, "evaluation": True}
         rows = []
-        for k, suite in enumerate(suites):
+        for suite_index, suite in enumerate(suites):
             tasks = suite_tasks(suite)
             ids = [t * INIT_STATES_PER_TASK + i for t in range(len(tasks)) for i in range(args.trials_per_task)]
             env = gym.make(suite, num_envs=min(args.num_envs, len(ids)), auto_reset=True,
                            enumerate_initial_states=ids, vectorization=args.vectorization, **kwargs)
-            run_env = RecordVideo(env, args.video, fps=20) if (args.video and k == 0) else env  # LIBERO acts at 20 Hz
+            run_env = RecordVideo(env, args.video, fps=20) if (args.video and suite_index == 0) else env  # 20 Hz control
             try:
                 res = evaluate_initial_states(run_env, policy, seed=args.seed, greedy=args.greedy,
                                               temperature=args.temperature, top_k=args.top_k or None,
