@@ -265,9 +265,15 @@ class OpenVLAForActionPrediction(PreTrainedModel):
 
     def action_logits_from_hidden(self, hidden: torch.Tensor) -> torch.Tensor:
         """LM-head logits restricted to the action ids. Shapes: ``[..., D]`` -> float32 ``[..., n_bins]``."""
-        first = self.action_tokenizer.first_action_id
-        logits = self.get_output_embeddings()(hidden)
-        return logits[..., first : first + self.config.n_action_bins].float()
+        rows = slice(self.action_tokenizer.first_action_id,
+                     self.action_tokenizer.first_action_id + self.config.n_action_bins)
+        head = self.get_output_embeddings()
+        if hidden.dtype != torch.float32 and type(head) is torch.nn.Linear:
+            # the action rows in float32: bfloat16 logits tie, and ties at the k-th value keep more than k
+            # tokens, and break another way in a differently shaped batch (a sampled token then reads -inf)
+            bias = None if head.bias is None else head.bias[rows].float()
+            return torch.nn.functional.linear(hidden.float(), head.weight[rows].float(), bias)
+        return head(hidden)[..., rows].float()
 
     def values_from_hidden(self, hidden: torch.Tensor) -> torch.Tensor | None:
         """Shapes: ``[N, D]`` -> ``[N, V]``, or None without a value head."""

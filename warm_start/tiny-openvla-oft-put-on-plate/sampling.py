@@ -79,6 +79,9 @@ def sample_indices(logits: torch.Tensor, generator: torch.Generator | EnvGenerat
         return (logits.float() + generator.gumbel(logits.shape, logits.device)).argmax(-1)
     probs = torch.softmax(logits, dim=-1)
     flat = probs.reshape(-1, probs.shape[-1])
+    if generator is not None and generator.device.type != flat.device.type:
+        # a CPU generator (an evaluation's seed) for a policy on a GPU: torch only draws on the generator's device
+        return torch.multinomial(flat.to(generator.device), 1, generator=generator).view(probs.shape[:-1]).to(flat.device)
     return torch.multinomial(flat, 1, generator=generator).view(probs.shape[:-1])
 
 
