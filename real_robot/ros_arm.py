@@ -487,12 +487,15 @@ class RosArm(Arm):
         import numpy as np
 
         target = np.asarray(T_base_from_tcp, dtype=np.float64).reshape(4, 4)
-        self._publish_target(target)
         if not self.config.wait_for_motion:
+            self._publish_target(target)
             return
-        deadline_s = time.monotonic() + self.config.settle_timeout_s
+        # where the TCP was before the target went out: read after it, a busy process may already see the
+        # motion done, and a step that then "never came nearer" would wait settle_timeout_s out
         T = previous = self.observation().T_base_from_tcp
         start_distance = _pose_distance(T, target)
+        self._publish_target(target)
+        deadline_s = time.monotonic() + self.config.settle_timeout_s
         while time.monotonic() < deadline_s:
             time.sleep(AT_REST_INTERVAL_S)
             T = self.observation().T_base_from_tcp

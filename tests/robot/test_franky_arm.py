@@ -137,7 +137,7 @@ def test_closed_port_fails_fast_naming_the_address(free_address):
     start = time.monotonic()
     with pytest.raises(RobotUnreachableError, match=f"robot at {free_address}"):
         arm.connect()
-    assert time.monotonic() - start < 0.5
+    assert time.monotonic() - start < 2.0  # connect_timeout_s is 3 s: the refusal, not the deadline
     assert not arm.is_connected
 
 

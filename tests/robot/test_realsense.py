@@ -71,7 +71,7 @@ def test_absent_camera_fails_fast_naming_the_serials():
     start = time.monotonic()
     with pytest.raises(DeviceNotFoundError, match="serial '000000000000' is attached; attached: "):
         camera.connect()
-    assert time.monotonic() - start < 1.0
+    assert time.monotonic() - start < 2.0
     assert not camera.is_connected
 
 

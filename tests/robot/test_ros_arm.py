@@ -162,13 +162,16 @@ def test_a_frozen_stack_stale_state_nothing_is_sent(stack):
         np.testing.assert_allclose(arm.observation().tcp_position_m, before, atol=0.001)
 
 
-@pytest.mark.parametrize("drift_m, waits", [((0.0, 0.003, 0.0), True), ((0.0, 0.0, 0.005), False)])
-def test_a_step_ends_at_rest_only_once_the_tcp_came_nearer_its_target(drift_m, waits, caplog):
+@pytest.mark.parametrize("drift_m, waits, busy", [((0.0, 0.003, 0.0), True, False), ((0.0, 0.0, 0.005), False, False),
+                                                   ((0.0, 0.0, 0.005), False, True)])
+def test_a_step_ends_at_rest_only_once_the_tcp_came_nearer_its_target(drift_m, waits, busy, caplog):
     """A scripted stack whose TCP, once a target arrives, drifts ``drift_m`` in 0.1 s and stops. Sideways
     (the last millimetres of the previous step while the controller has not taken up the new target)
     the step has not begun: it waits out ``settle_timeout_s`` and warns; returning at rest there let
     the next step replace this one before it started, and it was lost. Toward the target and stuck
-    (contact) it has: it ends at rest, without waiting the timeout out."""
+    (contact) it has: it ends at rest, without waiting the timeout out; also when the process is
+    ``busy`` (descheduled for 0.25 s right after the target went out, so the motion is over before it
+    looks again)."""
     from geometry_msgs.msg import PoseStamped
     from sensor_msgs.msg import JointState
 
@@ -202,6 +205,9 @@ def test_a_step_ends_at_rest_only_once_the_tcp_came_nearer_its_target(drift_m, w
     config = ros_arm_config(domain_id=domain, gripper="none", error_recovery_action="", settle_timeout_s=0.8)
     try:
         with RosArm(config) as arm, SafetyLayer(arm, LIMITS) as layer:
+            if busy:
+                publish_target = arm._publish_target
+                arm._publish_target = lambda T: (publish_target(T), time.sleep(0.25))
             started = time.monotonic()
             layer.send_action(np.array([0, 0, 0.5, 0, 0, 0, -1.0]))  # 5 cm up
             took_s = time.monotonic() - started
@@ -212,7 +218,7 @@ def test_a_step_ends_at_rest_only_once_the_tcp_came_nearer_its_target(drift_m, w
     if waits:
         assert took_s >= 0.8 and warned, (took_s, warned)
     else:
-        assert took_s < 0.6 and not warned, (took_s, warned)
+        assert took_s < 0.8 and not warned, (took_s, warned)
 
 
 def test_no_stack_is_named_with_its_topics():
@@ -238,7 +244,7 @@ def test_message_types_not_installed_are_named_before_any_wait(overrides, missin
     started = time.monotonic()
     with pytest.raises(RealRobotError, match=missing.replace(".", r"\.")) as e:
         arm.connect()
-    assert time.monotonic() - started < 2 and "source the robot PC's ROS workspace" in str(e.value)
+    assert time.monotonic() - started < 10 and "source the robot PC's ROS workspace" in str(e.value)
     assert not arm.is_connected
 
 
