@@ -129,9 +129,9 @@ class BoardSpec:
 
     def save(self, path: str | Path) -> Path:
         """Write ``board.json``."""
-        path = Path(path)
-        path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
-        return path
+        from calibration.files import write_json_atomic
+
+        return write_json_atomic(path, self.to_dict())
 
     @classmethod
     def load(cls, path: str | Path) -> BoardSpec:

@@ -10,8 +10,6 @@ a crash or a bad value never leaves a half-written or unreadable camera file in 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -19,6 +17,7 @@ import numpy as np
 
 from calibration.hand_eye import Mode
 from calibration.intrinsics import Intrinsics
+from calibration.files import write_json_atomic
 from calibration.transforms import check_transform
 
 CAMERA_FORMAT = "vla-camera-v1"  # the same string as the twin's reader checks
@@ -47,21 +46,6 @@ def calibration_block(result, *, accepted: bool = False) -> dict:
     return block
 
 
-def _write_checked(path: Path, data: dict, check) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2)
-            f.write("\n")
-        check(Path(tmp))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
 def write_camera_file(path: str | Path, *, intrinsics: Intrinsics, T_base_from_cam: np.ndarray,
                       calibration: dict | None = None) -> Path:
     """Write a ``vla-camera-v1`` file atomically, checked by the twin's own reader.
@@ -86,7 +70,7 @@ def write_camera_file(path: str | Path, *, intrinsics: Intrinsics, T_base_from_c
             "intrinsic": intrinsics.camera_matrix.tolist(), "T_base_from_cam": T.tolist()}
     if calibration is not None:
         data["calibration"] = calibration
-    return _write_checked(Path(path), data, load_camera_file)
+    return write_json_atomic(Path(path), data, load_camera_file)
 
 
 def write_wrist_camera_file(path: str | Path, *, intrinsics: Intrinsics, T_ee_from_cam: np.ndarray,
@@ -99,4 +83,4 @@ def write_wrist_camera_file(path: str | Path, *, intrinsics: Intrinsics, T_ee_fr
             "intrinsic": intrinsics.camera_matrix.tolist(), "T_ee_from_cam": T.tolist()}
     if calibration is not None:
         data["calibration"] = calibration
-    return _write_checked(Path(path), data, lambda p: json.loads(p.read_text()))
+    return write_json_atomic(Path(path), data, lambda p: json.loads(p.read_text()))

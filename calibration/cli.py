@@ -105,9 +105,23 @@ def cmd_board(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------------- intrinsics
+def check_out_file(flag: str, path: Path, example: str) -> None:
+    """Refuse an output file path that cannot be written, before any work: a folder, or one whose
+    nearest existing parent is a file."""
+    if path.is_dir():
+        raise UsageError(flag, f"{path} is a folder; give the file's path (e.g. {example})")
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise UsageError(flag, f"{path} cannot be written: {parent} is a file, not a folder")
+
+
 def cmd_intrinsics(args: argparse.Namespace) -> int:
     from calibration.intrinsics import calibrate_intrinsics, load_images, save_intrinsics
 
+    if args.out is not None:
+        check_out_file("--out", Path(args.out), "intrinsics.json")
     spec = load_board(args.board)
     try:
         images = load_images(args.images)
@@ -135,8 +149,7 @@ DEFAULT_RELATIVE_DYNAMICS = 0.1
 
 
 def cmd_handeye(args: argparse.Namespace) -> int:
-    if args.out.exists() and args.out.is_dir():
-        raise UsageError("--out", f"{args.out} is a folder; give the camera file's path (e.g. camera.json)")
+    check_out_file("--out", args.out, "camera.json")
     if args.session is not None and args.robot_ip is not None:
         raise UsageError("--session", "give --session (solve a recorded folder) or --robot-ip (collect live, then "
                                       "solve), not both")
@@ -171,11 +184,14 @@ def solve_and_write(args: argparse.Namespace, session: Path) -> int:
     from calibration.plots import plot_residuals
 
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    plot = plot_residuals(hand_eye, Path(args.out).with_name(Path(args.out).stem + "_residuals.png"))
+    # beside the camera file only the plot of the solution it holds: a failed run's goes apart
+    written = hand_eye.passed or args.accept
+    plot = plot_residuals(hand_eye, Path(args.out).with_name(
+        Path(args.out).stem + ("_residuals.png" if written else "_residuals_failed.png")))
     print(f"residual plot: {plot}")
-    if not hand_eye.passed and not args.accept:
-        print(f"FAIL: residuals above the limits; {args.out} not written. Check the board spec (measured square "
-              "length), the intrinsics, that the board is rigid on the flange, and drop the worst samples; or pass "
+    if not written:
+        print(f"FAIL: residuals or board scale above the limits; {args.out} not written. Check the board spec "
+              "(measured square length), the intrinsics, that the board is rigid on the flange, and drop the worst samples; or pass "
               "--accept to write it anyway", file=sys.stderr)
         return EXIT_OVER_LIMIT
     block = calibration_block(result, accepted=not hand_eye.passed)
@@ -595,6 +611,10 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     except ValueError as e:  # CalibrationError and malformed data: the message says what and where
         print(f"vla-calibrate {args.command}: calibration failed: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    except OSError as e:  # a file that cannot be read or written: name it, no traceback
+        print(f"vla-calibrate {args.command}: error: {e.strerror or e}: {e.filename or ''}".rstrip(": "),
+              file=sys.stderr)
         return EXIT_FAILED
 
 

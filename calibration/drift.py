@@ -29,8 +29,6 @@ Reference folder::
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -39,6 +37,7 @@ import numpy as np
 
 from calibration.board import BoardSpec
 from calibration.errors import BoardNotDetectedError, CalibrationError
+from calibration.files import write_json_atomic
 from calibration.transforms import check_transform, invert, rotation_angle_deg
 
 REFERENCE_FORMAT = "vla-drift-reference-v1"
@@ -186,15 +185,7 @@ def pin_reference(out: str | Path, camera_file: str | Path, image, board: BoardS
     if not cv2.imwrite(str(out / REFERENCE_IMAGE), pixels):
         raise CalibrationError(f"could not write {out / REFERENCE_IMAGE}")
     # the JSON last and atomically: a folder with a reference.json is always complete
-    fd, tmp = tempfile.mkstemp(dir=out, prefix=f".{REFERENCE_JSON}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(reference.to_dict(), f, indent=2)
-            f.write("\n")
-        os.replace(tmp, out / REFERENCE_JSON)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_json_atomic(out / REFERENCE_JSON, reference.to_dict())
     return reference
 
 

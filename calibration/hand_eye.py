@@ -25,6 +25,13 @@ coincide in every sample. The residual is how far the board's centre (mm) and or
 (deg) differ between the two chains. Noise-free data gives zero; a few tenths of a millimetre
 is typical; millimetres mean bad robot poses, a wrong board spec or intrinsics, or a board
 that moved on the flange.
+
+One error the residuals barely show: a board printed at another scale than its spec says.
+PnP then scales every board distance, and the solution absorbs most of it by moving the camera
+along its optical axis (a 2 % scale: about 15 mm off, with a residual of 3 mm, under the limit).
+The robot's motion fixes the metric scale, so the scale is fitted (the one factor on the board's
+translations that minimises the residuals) and a calibration whose board is off by more than
+``DEFAULT_MAX_SCALE_ERROR`` fails, naming the measured square length.
 """
 
 from __future__ import annotations
@@ -44,6 +51,10 @@ MIN_ROTATION_DEG = 15.0
 MIN_AXIS_SPREAD_DEG = 10.0
 DEFAULT_MAX_TRANS_MM = 5.0
 DEFAULT_MAX_ROT_DEG = 0.5
+DEFAULT_MAX_SCALE_ERROR = 0.005
+"""Largest accepted relative error of the board's printed size (0.5 %: 0.18 mm on a 35 mm square, and
+about 4 mm along the optical axis of a camera 0.8 m away)."""
+SCALE_SEARCH = (0.8, 1.25)
 
 
 class Mode(str, Enum):
@@ -123,7 +134,15 @@ class HandEyeResult:
     max_rotation_deg: float
     """Largest relative rotation between two robot poses (diversity check)."""
     axis_spread_deg: float
-    """Largest angle between two relative-rotation axes (diversity check)."""
+    """How far the relative-rotation axes spread, as the angle between two equally weighted axes
+    (diversity check; ``check_rotation_diversity``)."""
+    board_scale: float = 1.0
+    """The printed board's size over its spec's, fitted from the data (1.0: as specified)."""
+    max_scale_error: float = DEFAULT_MAX_SCALE_ERROR
+
+    @property
+    def scale_passed(self) -> bool:
+        return abs(self.board_scale - 1.0) <= self.max_scale_error
 
     @property
     def solution(self) -> MethodResult:
@@ -131,9 +150,10 @@ class HandEyeResult:
 
     @property
     def passed(self) -> bool:
-        """The chosen solution's RMS residuals are within both thresholds."""
+        """The chosen solution's RMS residuals are within both thresholds, and the board's fitted
+        scale within ``max_scale_error`` of its spec."""
         r = self.solution.residuals
-        return r.trans_rms_mm <= self.max_trans_mm and r.rot_rms_deg <= self.max_rot_deg
+        return r.trans_rms_mm <= self.max_trans_mm and r.rot_rms_deg <= self.max_rot_deg and self.scale_passed
 
     @property
     def T_base_from_cam(self) -> np.ndarray:
@@ -170,6 +190,8 @@ class HandEyeResult:
                 "num_samples": len(self.sample_names),
                 "pose_diversity": {"max_rotation_deg": round(self.max_rotation_deg, 2),
                                    "axis_spread_deg": round(self.axis_spread_deg, 2)},
+                "board_scale": {"fitted": round(self.board_scale, 5), "max_error": self.max_scale_error,
+                                "passed": self.scale_passed},
                 "residuals": methods}
 
     def summary(self) -> str:
@@ -187,12 +209,20 @@ class HandEyeResult:
             mark = "  <- chosen" if m == self.chosen else ""
             lines.append(f"{m:<12} {s.trans_rms_mm:9.3f} {s.trans_max_mm:7.3f}       {s.rot_rms_deg:8.4f} "
                          f"{s.rot_max_deg:7.4f}        {agreement[m][0]:9.3f} {agreement[m][1]:7.4f}{mark}")
+        lines.append(f"board scale fitted from the robot's motion: {self.board_scale:.4f} of its spec "
+                     f"(limit {1 - self.max_scale_error:g}..{1 + self.max_scale_error:g})")
         s = self.solution.residuals
+        r_ok = s.trans_rms_mm <= self.max_trans_mm and s.rot_rms_deg <= self.max_rot_deg  # else the scale means little
         worst = self.sample_names[int(np.argmax(s.trans_mm))]
         verdict = "PASS" if self.passed else "FAIL"
         lines.append(f"{verdict}: {self.chosen} residuals {s.trans_rms_mm:.3f} mm / {s.rot_rms_deg:.4f} deg RMS "
                      f"(limits {self.max_trans_mm:g} mm / {self.max_rot_deg:g} deg); worst sample {worst} "
                      f"({s.trans_max_mm:.3f} mm)")
+        if not self.scale_passed and r_ok:
+            lines.append(f"FAIL: the board seen through the camera is {100 * (self.board_scale - 1):+.2f} % the size "
+                         "its spec says (a printer's scaling, or a wrong square_length_m / marker_length_m): measure "
+                         "a printed square with calipers and fix the spec; the camera would sit "
+                         "centimetres off along its optical axis")
         return "\n".join(lines)
 
 
@@ -204,9 +234,15 @@ def check_rotation_diversity(T_base_from_ee: Sequence[np.ndarray], min_rotation_
     translation along an axis only when the robot rotates about a different one: pure
     translations, or rotations about one axis, leave it unobservable.
 
+    The spread is measured over all the relative rotations, weighted by their angle: with
+    ``λ1 >= λ2`` the two largest eigenvalues of ``Σ θ² a aᵀ`` (axis ``a``, angle ``θ``), it is
+    ``2 atan(sqrt(λ2 / λ1))``, the angle between two axes carrying equal weight. One pose off an
+    otherwise single axis barely moves it (the largest angle between two axes would read 90 deg
+    there, and the translation along that axis is still poorly determined).
+
     Returns:
         ``(max_rotation_deg, axis_spread_deg)``: the largest relative rotation between two
-        poses, and the largest angle between the axes of two relative rotations.
+        poses, and the spread of the relative rotations' axes.
 
     Raises:
         InsufficientRotationError: saying which condition failed and what to do.
@@ -222,11 +258,9 @@ def check_rotation_diversity(T_base_from_ee: Sequence[np.ndarray], min_rotation_
             f"the robot poses barely rotate: the largest rotation between two poses is {max_rotation_deg:.1f} deg, "
             f"need >= {min_rotation_deg:g} deg. Pure translations cannot calibrate hand-eye: tilt the flange "
             "by 20-40 deg about different axes between poses")
-    # axes of rotations big enough for their axis to be well defined
-    big = angles_deg >= min(5.0, min_rotation_deg / 3.0)
-    axes = rotvecs[big] / np.linalg.norm(rotvecs[big], axis=1, keepdims=True)
-    cosines = np.clip(np.abs(axes @ axes.T), 0.0, 1.0)  # |cos|: an axis and its opposite are one line
-    axis_spread_deg = float(np.degrees(np.arccos(cosines.min())))
+    # Σ θ² a aᵀ = Σ r rᵀ over the rotation vectors r = θ a: an axis and its opposite count as one line
+    eigenvalues = np.linalg.eigvalsh(rotvecs.T @ rotvecs)  # ascending
+    axis_spread_deg = float(np.degrees(2.0 * np.arctan(np.sqrt(max(eigenvalues[1], 0.0) / eigenvalues[2]))))
     if axis_spread_deg < min_axis_spread_deg:
         raise InsufficientRotationError(
             f"the robot poses rotate about nearly one axis only (rotation axes nearly parallel: they spread "
@@ -300,7 +334,8 @@ def solve_hand_eye(T_base_from_ee: Sequence[np.ndarray], T_cam_from_board: Seque
                    max_trans_mm: float = DEFAULT_MAX_TRANS_MM, max_rot_deg: float = DEFAULT_MAX_ROT_DEG,
                    names: Sequence[str] | None = None, board_point: np.ndarray | None = None,
                    min_samples: int = MIN_SAMPLES, min_rotation_deg: float = MIN_ROTATION_DEG,
-                   min_axis_spread_deg: float = MIN_AXIS_SPREAD_DEG) -> HandEyeResult:
+                   min_axis_spread_deg: float = MIN_AXIS_SPREAD_DEG,
+                   max_scale_error: float = DEFAULT_MAX_SCALE_ERROR) -> HandEyeResult:
     """Solve hand-eye with every method, score them, and pick one.
 
     Args:
@@ -316,6 +351,8 @@ def solve_hand_eye(T_base_from_ee: Sequence[np.ndarray], T_cam_from_board: Seque
         min_samples: fewest samples accepted.
         min_rotation_deg, min_axis_spread_deg: rotation diversity limits
             (``check_rotation_diversity``).
+        max_scale_error: largest accepted ``|board_scale - 1|``, the board's fitted scale
+            (``fit_board_scale``) against its spec.
 
     Returns:
         Every method's result, the chosen one and whether it passes.
@@ -330,8 +367,9 @@ def solve_hand_eye(T_base_from_ee: Sequence[np.ndarray], T_cam_from_board: Seque
     if method != "auto" and method not in METHODS:
         raise ValueError(f"method {method!r} is not allowed; allowed: auto, {', '.join(METHODS)} "
                          "(TSAI is left out on purpose: it fails near a 180-degree camera rotation)")
-    if not (max_trans_mm > 0 and max_rot_deg > 0):
-        raise ValueError(f"max_trans_mm and max_rot_deg must be > 0, got {max_trans_mm}, {max_rot_deg}")
+    if not (max_trans_mm > 0 and max_rot_deg > 0 and max_scale_error > 0):
+        raise ValueError(f"max_trans_mm, max_rot_deg and max_scale_error must be > 0, got {max_trans_mm}, "
+                         f"{max_rot_deg}, {max_scale_error}")
     robot = [np.asarray(T, dtype=float) for T in T_base_from_ee]
     board = [np.asarray(T, dtype=float) for T in T_cam_from_board]
     if len(robot) != len(board):
@@ -372,6 +410,34 @@ def solve_hand_eye(T_base_from_ee: Sequence[np.ndarray], T_cam_from_board: Seque
         chosen = method
     else:
         raise CalibrationError(f"method {method} failed ({results[method].failure}); try --method auto")
+    board_scale = fit_board_scale(chosen, mode, robot, board, board_point)
     return HandEyeResult(mode, results, chosen, float(max_trans_mm), float(max_rot_deg), names,
-                         max_rotation_deg, axis_spread_deg)
+                         max_rotation_deg, axis_spread_deg, board_scale, float(max_scale_error))
+
+
+def fit_board_scale(method: str, mode: Mode, T_base_from_ee: Sequence[np.ndarray],
+                    T_cam_from_board: Sequence[np.ndarray], point: np.ndarray | None = None) -> float:
+    """The factor on the board's size (printed over specified) that makes ``method``'s solution fit best.
+
+    PnP with the spec's size places a board printed ``s`` times that size at ``1 / s`` of its
+    true distance: every board translation is the truth's divided by ``s``. The robot's
+    translations are metric, so only the true scale lets both chains agree: this searches the
+    factor on the board translations that minimises the RMS translation residual, which is ``s``.
+    """
+    from scipy.optimize import minimize_scalar
+
+    point = np.zeros(3) if point is None else np.asarray(point, dtype=float)
+
+    def rms_mm(k: float) -> float:
+        scaled = [make_transform(T[:3, :3], T[:3, 3] * k) for T in T_cam_from_board]
+        try:
+            T_cam = _solve(method, mode, list(T_base_from_ee), scaled)
+        except Exception:  # noqa: BLE001 - a factor where the solver fails is simply not the answer
+            return float("inf")
+        if not np.isfinite(T_cam).all():
+            return float("inf")
+        return fit_board_and_residuals(mode, T_cam, T_base_from_ee, scaled, point * k)[1].trans_rms_mm
+
+    best = minimize_scalar(rms_mm, bounds=SCALE_SEARCH, method="bounded", options={"xatol": 1e-5})
+    return float(best.x)
 

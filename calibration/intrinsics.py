@@ -9,7 +9,6 @@ repeated, so one bad frame cannot bend K.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ import numpy as np
 
 from calibration.board import BoardSpec
 from calibration.errors import BoardNotDetectedError, TooFewSamplesError
+from calibration.files import write_json_atomic
 
 INTRINSICS_FORMAT = "vla-intrinsics-v1"
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff")
@@ -208,6 +208,4 @@ def calibrate_intrinsics(images: Sequence[tuple[str, np.ndarray]], spec: BoardSp
 def save_intrinsics(result: IntrinsicsResult, path: str | Path) -> Path:
     """Write ``intrinsics.json`` (its ``width``/``height``/``camera_matrix``/``dist_coeffs`` are
     what a session's ``intrinsics`` field holds)."""
-    path = Path(path)
-    path.write_text(json.dumps(result.to_dict(), indent=2) + "\n")
-    return path
+    return write_json_atomic(path, result.to_dict())

@@ -20,8 +20,6 @@ worst, one image without a pose, which the loader reports.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +29,7 @@ from calibration.board import BoardSpec
 from calibration.errors import BoardNotDetectedError, SessionFormatError, TooFewSamplesError
 from calibration.hand_eye import (DEFAULT_MAX_ROT_DEG, DEFAULT_MAX_TRANS_MM, MIN_SAMPLES, HandEyeResult, Mode,
                                   solve_hand_eye)
+from calibration.files import write_json_atomic
 from calibration.intrinsics import Intrinsics
 from calibration.transforms import check_transform
 
@@ -93,18 +92,6 @@ class Session:
     samples: list[Sample]
 
 
-def _write_json_atomic(path: Path, data: dict) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def create_session(folder: str | Path, spec: SessionSpec) -> Path:
     """Start a session folder: ``session.json`` plus empty ``images/`` and ``poses/``.
 
@@ -117,7 +104,7 @@ def create_session(folder: str | Path, spec: SessionSpec) -> Path:
         raise FileExistsError(f"{folder} already holds a session (session.json); record into a new folder")
     (folder / "images").mkdir(parents=True, exist_ok=True)
     (folder / "poses").mkdir(exist_ok=True)
-    _write_json_atomic(folder / "session.json", spec.to_dict())
+    write_json_atomic(folder / "session.json", spec.to_dict())
     return folder
 
 
@@ -145,7 +132,7 @@ def add_sample(folder: str | Path, index: int, image: np.ndarray, T_base_from_ee
     image_path = folder / "images" / f"{name}.png"
     if not cv2.imwrite(str(image_path), np.asarray(image)):
         raise OSError(f"could not write {image_path}")
-    _write_json_atomic(folder / "poses" / f"{name}.json", {**(extra or {}), "T_base_from_ee": T.tolist()})
+    write_json_atomic(folder / "poses" / f"{name}.json", {**(extra or {}), "T_base_from_ee": T.tolist()})
     return name
 
 

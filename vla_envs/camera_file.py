@@ -119,7 +119,7 @@ def load_camera_file(path: str | Path | None = None) -> CameraFile:
         return value
 
     def positive_int(v):
-        if not isinstance(v, int) or v <= 0:
+        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
             raise ValueError
         return v
 

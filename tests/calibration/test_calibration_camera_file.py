@@ -40,6 +40,7 @@ def test_old_files_without_calibration_still_load():
     (lambda d: d.update(intrinsic=[[-600, 0, 320], [0, 600, 240], [0, 0, 1]]), "'intrinsic' must be"),
     (lambda d: d.update(calibration=[1, 2]), "'calibration' must be a JSON object"),
     (lambda d: d.pop("height"), "lacks the field 'height'"),
+    (lambda d: d.update(width=True), "'width' must be"),  # JSON true is no image size
 ])
 def test_wrong_or_missing_field_is_named(tmp_path, change, field):
     data = json.loads(DEFAULT_CAMERA_FILE.read_text())

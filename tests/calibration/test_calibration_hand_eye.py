@@ -8,7 +8,7 @@ import pytest
 from calibration.errors import InsufficientRotationError, TooFewSamplesError
 from calibration.hand_eye import METHODS, Mode, solve_hand_eye
 from calibration.synthetic import make_scene
-from calibration.transforms import make_transform, rotation_angle_deg, rotvec_to_matrix, transform_difference
+from calibration.transforms import invert, make_transform, rotation_angle_deg, rotvec_to_matrix, transform_difference
 
 SEEDS = range(10)
 SAMPLES = 15
@@ -113,6 +113,39 @@ def test_rotations_about_one_axis_are_rejected():
     boards = [make_transform(np.eye(3), [0.0, 0.0, 0.6]) for _ in range(10)]
     with pytest.raises(InsufficientRotationError, match="nearly parallel"):
         solve_hand_eye(robots, boards)
+
+
+def test_one_pose_off_an_otherwise_single_axis_is_not_enough():
+    """14 poses rotate about the flange's z axis, one is tilted 6 deg off it: the largest angle between
+    two rotation axes reads near 90 deg, yet the translation along z stays poorly determined (1 to 6 mm
+    off at 0.3 mm of PnP noise, against 0.5 mm for well-spread poses)."""
+    scene = make_scene("side")
+    T0 = scene.robot_pose(make_transform(rotvec_to_matrix([0.2, -0.1, 0.3]), [0.0, 0.0, 0.6]))
+    rng = np.random.default_rng(0)
+    robots = [T0 @ make_transform(rotvec_to_matrix([0.0, 0.0, a]), rng.normal(0, 0.05, 3))
+              for a in np.radians(np.linspace(-30, 30, 14))]
+    robots.append(T0 @ make_transform(rotvec_to_matrix([np.radians(6.0), 0.0, 0.0]), rng.normal(0, 0.05, 3)))
+    boards = [invert(scene.T_cam) @ T @ scene.T_board for T in robots]
+    with pytest.raises(InsufficientRotationError, match="nearly parallel"):
+        solve_hand_eye(robots, boards)
+
+
+@pytest.mark.parametrize("name", ["side", "wrist"])
+def test_a_board_printed_at_another_scale_fails_naming_the_scale(name):
+    """PnP on a board printed 2 % larger than its spec sees every board distance 2 % short; the solution
+    absorbs most of it (the camera about 15 mm off along its axis, residuals near 3 mm, under the 5 mm
+    limit). The robot's metric motion shows the scale."""
+    scene = make_scene(name)
+    robots, boards = scene.sample(np.random.default_rng(5), 12)
+    exact = solve_hand_eye(robots, boards, mode=scene.mode, board_point=scene.spec.center_m)
+    assert exact.passed and abs(exact.board_scale - 1.0) < 1e-4
+    seen = [make_transform(T[:3, :3], T[:3, 3] / 1.02) for T in boards]
+    result = solve_hand_eye(robots, seen, mode=scene.mode, board_point=scene.spec.center_m / 1.02)
+    assert result.solution.residuals.trans_rms_mm < 5.0  # the residuals alone would pass it
+    assert not result.passed and abs(result.board_scale - 1.02) < 1e-3, result.board_scale
+    assert "+2.00 % the size its spec says" in result.summary() and "measure a printed square" in result.summary()
+    assert result.report()["board_scale"] == {"fitted": round(result.board_scale, 5), "max_error": 0.005,
+                                              "passed": False}
 
 
 def test_bad_arguments_are_named():

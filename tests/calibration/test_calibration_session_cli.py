@@ -60,9 +60,29 @@ def test_failing_residuals_exit_3_unless_accepted(session, tmp_path, capsys):
     args = ["handeye", "--session", str(session[0]), "--out", str(out), "--max-trans-mm", "0.001"]
     assert main(args) == 3
     assert "not written" in capsys.readouterr().err and not out.exists()
+    # the failed run's plot goes apart: the plot beside a camera file is the one of its solution
+    assert not out.with_name("camera_residuals.png").exists() and out.with_name("camera_residuals_failed.png").exists()
     assert main(args + ["--accept", "--method", "park"]) == 0
     report = load_camera_file(out).calibration
     assert report["accepted_despite_failure"] and not report["passed"] and report["method"] == "park"
+    good = out.with_name("camera_residuals.png").read_bytes()
+    assert main(args) == 3  # a later failed run leaves the written file and its plot alone
+    assert out.with_name("camera_residuals.png").read_bytes() == good
+    assert load_camera_file(out).calibration["accepted_despite_failure"]
+
+
+def test_an_output_path_that_cannot_be_written_is_refused_before_solving(session, tmp_path, capsys):
+    folder = tmp_path / "a_folder"
+    folder.mkdir()
+    a_file = tmp_path / "camera.json"
+    a_file.write_text("{}")
+    for out in (folder, a_file / "x.json", a_file / "deeper" / "x.json"):
+        assert main(["handeye", "--session", str(session[0]), "--out", str(out)]) == 2
+        err = capsys.readouterr()
+        assert "--out" in err.err and "Traceback" not in err.err and "residuals" not in err.out, err
+    board = session[1].spec.save(tmp_path / "board.json")
+    assert main(["intrinsics", "--images", str(tmp_path), "--board", str(board), "--out", str(folder)]) == 2
+    assert "is a folder" in capsys.readouterr().err
 
 
 def test_a_blank_image_is_named(session, tmp_path, capsys):
