@@ -271,9 +271,11 @@ def test_sigint_mid_episode_stops_the_arm_and_exits_130(franky_sim, recording, t
         assert np.linalg.norm(arm.observation().tcp_position_m - p0) < 1e-3  # holding still
 
 
-def test_the_drift_check_runs_before_the_robot_is_touched(tmp_path, free_address, capsys):
+@pytest.mark.parametrize("size", [(640, 480), (848, 480)])
+def test_the_drift_check_runs_before_the_robot_is_touched(size, tmp_path, free_address, capsys):
     """A camera that moved since calibration stops franka-eval (exit 3) before it connects to the
-    robot; ``--drift-override`` goes on (here to the unreachable robot: exit 2 naming it)."""
+    robot; ``--drift-override`` goes on (here to the unreachable robot: exit 2 naming it). The check
+    opens the camera at the calibrated resolution, as the episodes do (not the camera's default)."""
     import cv2
 
     from calibration.board import BoardSpec
@@ -283,7 +285,7 @@ def test_the_drift_check_runs_before_the_robot_is_touched(tmp_path, free_address
     from calibration.transforms import make_transform, rotvec_to_matrix
     from real_robot.realsense import write_recording
 
-    spec, intrinsics = BoardSpec(), default_intrinsics()
+    spec, intrinsics = BoardSpec(), default_intrinsics(*size)
     R = rotvec_to_matrix(np.radians([35.0, 0.0, 8.0]))
     T_ref = make_transform(R, np.array([0.02, 0.01, 0.50]) - R @ spec.center_m)
     T_moved = make_transform(rotvec_to_matrix(np.radians([0.0, 1.5, 0.0])), [0.01, 0.0, 0.0]) @ T_ref

@@ -364,9 +364,12 @@ def _drift_check(args) -> int:
 
     from calibration.errors import CalibrationError
 
+    from vla_envs.camera_file import load_camera_file
+
     try:
-        with RealSenseCamera(RealSenseCameraConfig(serial=args.camera_serial or "",
-                                                   playback_file=args.playback)) as cam:
+        size = load_camera_file(args.camera_file)  # the calibrated resolution, as the episodes' camera opens it
+        with RealSenseCamera(RealSenseCameraConfig(serial=args.camera_serial or "", playback_file=args.playback,
+                                                   width=size.width, height=size.height)) as cam:
             image = cam.read(timeout_ms=3000).image
         report = check_drift(args.drift_reference, np.asarray(image), camera_file=args.camera_file)
     except (CalibrationError, ConnectionError, FileNotFoundError, TimeoutError, ValueError) as e:
