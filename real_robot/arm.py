@@ -8,7 +8,9 @@ what the arm is sent never depends on where the arm's own motion generator belie
 
 Motion commands (``move_to_pose``, ``set_gripper``, ``move_to_joint_positions``) only run when they
 carry the permit of the ``SafetyLayer`` attached to the arm: code that holds a bare ``Arm`` can read
-it and stop it, never move it. ``stop`` and ``recover`` need no permit.
+it and stop it, never move it. ``stop`` and ``recover`` need no permit. An arm once given to a
+dry-run layer sends no stop either (a ROS arm's stop publishes a target), also after that layer
+closed, until a layer that moves it is attached.
 """
 
 from __future__ import annotations
@@ -71,6 +73,7 @@ class Arm(abc.ABC):
 
     def __init__(self) -> None:
         self._safety_permit: object | None = None
+        self._dry_run = False
 
     # ----- features: known without hardware ------------------------------------------------
     @property
@@ -132,9 +135,16 @@ class Arm(abc.ABC):
         """
 
     # ----- stopping: always allowed -------------------------------------------------------
-    @abc.abstractmethod
     def stop(self) -> None:
-        """Stop the running motion now (the arm holds its pose). A no-op when idle or disconnected."""
+        """Stop the running motion now (the arm holds its pose). A no-op when idle or disconnected, and
+        for an arm last given to a dry-run ``SafetyLayer`` (it is read, never commanded)."""
+        if self._dry_run:
+            return
+        self._stop()
+
+    @abc.abstractmethod
+    def _stop(self) -> None:
+        """The backend's stop (see ``stop``); ``disconnect`` stops through ``stop``."""
 
     @abc.abstractmethod
     def recover(self) -> bool:
@@ -145,11 +155,13 @@ class Arm(abc.ABC):
         """
 
     # ----- motion: only through the SafetyLayer --------------------------------------------
-    def _attach_safety(self, permit: object) -> None:
-        """Called by ``SafetyLayer``: from now on motion commands must carry ``permit``."""
+    def _attach_safety(self, permit: object, dry_run: bool = False) -> None:
+        """Called by ``SafetyLayer``: from now on motion commands must carry ``permit``; with
+        ``dry_run`` nothing is sent to the arm, stops included, until a moving layer is attached."""
         if self._safety_permit is not None:
             raise SafetyBypassError(f"{self} already has a SafetyLayer; one arm takes one safety layer")
         self._safety_permit = permit
+        self._dry_run = bool(dry_run)
 
     def _detach_safety(self, permit: object) -> None:
         if self._safety_permit is permit:

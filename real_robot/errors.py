@@ -52,6 +52,11 @@ class StaleStateError(RealRobotError, TimeoutError):
     """The arm's newest state is older than allowed (its publisher stopped); nothing is sent on it."""
 
 
+class InvalidStateError(RealRobotError, ValueError):
+    """The arm reports a state that is not one (a TCP pose that is no rigid transform, NaN); nothing
+    is sent on it."""
+
+
 class MissingExtraError(RealRobotError, ImportError):
     """A vendor SDK is not installed; the message names the pip extra that provides it."""
 

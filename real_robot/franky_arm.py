@@ -178,7 +178,7 @@ class FrankyArm(Arm):
         return ArmObservation(joint_positions_rad=joints, gripper_width_m=width, T_base_from_tcp=T_base_from_tcp,
                               timestamp_s=now_s())
 
-    def stop(self) -> None:
+    def _stop(self) -> None:
         robot = self._robot
         if robot is None:
             return

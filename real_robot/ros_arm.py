@@ -395,16 +395,25 @@ class RosArm(Arm):
 
         Raises:
             StaleStateError: one of them is older than ``state_timeout_s`` (the stack stopped publishing).
+            InvalidStateError: the TCP pose is not one (a zero quaternion), or a value is not finite.
         """
         import numpy as np
 
         from real_robot.transforms import pose_matrix, quaternion_wxyz_to_matrix
 
+        from real_robot.errors import InvalidStateError
+
         msg, width, pose = self._fresh_state()
         index = {name: i for i, name in enumerate(msg.name)}
         q = np.array([msg.position[index[n]] for n in self.config.arm_joint_names], dtype=np.float64)
         p, o = pose.pose.position, pose.pose.orientation
-        T = pose_matrix(np.array([p.x, p.y, p.z]), quaternion_wxyz_to_matrix(np.array([o.w, o.x, o.y, o.z])))
+        try:
+            T = pose_matrix(np.array([p.x, p.y, p.z]), quaternion_wxyz_to_matrix(np.array([o.w, o.x, o.y, o.z])))
+        except ValueError as e:
+            raise InvalidStateError(f"the TCP pose on {self.config.tcp_pose_topic}: {e}") from None
+        if not np.isfinite(T).all() or not np.isfinite(q).all():
+            raise InvalidStateError(f"the state on {self.config.joint_states_topic} / {self.config.tcp_pose_topic} "
+                                    f"is not finite (joints {q.tolist()}, TCP {T[:3, 3].tolist()})")
         return ArmObservation(joint_positions_rad=q, gripper_width_m=width, T_base_from_tcp=T, timestamp_s=now_s())
 
     def _fresh_state(self) -> tuple[Any, float, Any]:
@@ -433,13 +442,13 @@ class RosArm(Arm):
             time.sleep(0.005)
 
     # ----- stopping --------------------------------------------------------------------------------------
-    def stop(self) -> None:
+    def _stop(self) -> None:
         """Make the measured TCP pose the controller's target (it holds there). On a stale state, or once
         ROS is shut down in this process, nothing is published: the controller keeps the last target,
         at most one capped step away."""
         if self._node is None:
             return
-        from real_robot.errors import StaleStateError
+        from real_robot.errors import InvalidStateError, StaleStateError
 
         if not self._context.ok():
             # rclpy's SIGINT / SIGTERM handler shuts every context of the process down, this one too
@@ -447,7 +456,7 @@ class RosArm(Arm):
             return
         try:
             self._publish_target(self.observation().T_base_from_tcp)
-        except StaleStateError as e:
+        except (StaleStateError, InvalidStateError) as e:
             logger.warning("stop: %s; the controller keeps its last target", e)
 
     @requires_connection
@@ -471,9 +480,11 @@ class RosArm(Arm):
         import numpy as np
         from geometry_msgs.msg import PoseStamped
 
-        from real_robot.transforms import matrix_to_quaternion_wxyz
+        from real_robot.transforms import is_rigid_transform, matrix_to_quaternion_wxyz
 
         T = np.asarray(T_base_from_tcp, dtype=np.float64).reshape(4, 4)
+        if not is_rigid_transform(T):  # the layer checks its targets; this guards every other path too
+            raise MotionError(f"{self}: refusing to publish a target that is not a rigid transform: {T.tolist()}")
         msg = PoseStamped()
         msg.header.frame_id = self.config.base_frame
         msg.header.stamp = self._node.get_clock().now().to_msg()

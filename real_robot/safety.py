@@ -103,10 +103,10 @@ class SafetyLimits:
         _in_range("max_rotation_per_step_rad", self.max_rotation_per_step_rad, 0.0, 1.0)
         _in_range("max_relative_dynamics_factor", self.max_relative_dynamics_factor, 0.0, 1.0)
         _in_range("watchdog_timeout_s", self.watchdog_timeout_s, 0.0, 60.0)
-        if not (isinstance(self.gripper_min_interval_s, (int, float)) and 0.0 <= self.gripper_min_interval_s < 60.0):
-            raise ValueError(f"gripper_min_interval_s={self.gripper_min_interval_s!r}: seconds in [0, 60)")
-        if not (isinstance(self.min_step_interval_s, (int, float)) and 0.0 <= self.min_step_interval_s < 1.0):
-            raise ValueError(f"min_step_interval_s={self.min_step_interval_s!r}: seconds in [0, 1)")
+        for name, hi in (("gripper_min_interval_s", 60.0), ("min_step_interval_s", 1.0)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not (isinstance(value, (int, float)) and 0.0 <= value < hi):
+                raise ValueError(f"{name}={value!r}: seconds in [0, {hi:g})")
         if not isinstance(self.dry_run, bool):
             raise ValueError(f"dry_run={self.dry_run!r}: true or false")
         self.home_joint_positions_rad = _floats("home_joint_positions_rad", self.home_joint_positions_rad, 7)
@@ -134,6 +134,8 @@ class SafetyLimits:
 
 def _floats(name: str, value: Any, n: int) -> tuple[float, ...]:
     try:
+        if isinstance(value, (str, bytes)) or any(isinstance(v, (str, bytes, bool)) for v in value):
+            raise TypeError  # a string would be read character by character, "0.5" as a number
         out = tuple(float(v) for v in value)
     except (TypeError, ValueError):
         raise ValueError(f"{name}={value!r}: {n} numbers") from None
@@ -151,8 +153,8 @@ def _in_range(name: str, value: Any, lo: float, hi: float, hi_closed: bool = Tru
 
 # ----- the pure step limiter -------------------------------------------------------------------
 
-def orientation_excess_rad(R_base_from_tcp: Any, limits: SafetyLimits) -> float:
-    """How far (rad) an orientation lies outside the window; 0 inside. The larger of the tilt excess
+def orientation_excesses_rad(R_base_from_tcp: Any, limits: SafetyLimits) -> tuple[float, float]:
+    """How far (rad) an orientation lies outside the window, per limit, 0 within it: the tilt excess
     (TCP z axis vs the reference's) and the yaw excess (about the reference's z axis)."""
     import numpy as np
 
@@ -162,7 +164,13 @@ def orientation_excess_rad(R_base_from_tcp: Any, limits: SafetyLimits) -> float:
     tilt = math.acos(max(-1.0, min(1.0, float(R_ref_from_tcp[2, 2]))))
     # the TCP x axis' heading in the reference's xy plane (well defined while tilt < pi/2)
     yaw = math.atan2(float(R_ref_from_tcp[1, 0]), float(R_ref_from_tcp[0, 0]))
-    return max(0.0, tilt - limits.max_tilt_rad, abs(yaw) - limits.max_yaw_rad)
+    return max(0.0, tilt - limits.max_tilt_rad), max(0.0, abs(yaw) - limits.max_yaw_rad)
+
+
+def orientation_excess_rad(R_base_from_tcp: Any, limits: SafetyLimits) -> float:
+    """How far (rad) an orientation lies outside the window; 0 inside: the larger of
+    ``orientation_excesses_rad``."""
+    return max(orientation_excesses_rad(R_base_from_tcp, limits))
 
 
 def limit_step(translation_m: Any, R_delta: Any, T_base_from_tcp: Any,
@@ -209,13 +217,18 @@ def limit_step(translation_m: Any, R_delta: Any, T_base_from_tcp: Any,
     if angle > limits.max_rotation_per_step_rad * (1 + 1e-6):
         rotvec *= limits.max_rotation_per_step_rad / angle
         clamps.append("rotation_cap")
-    allowed = max(0.0, orientation_excess_rad(R, limits)) + 1e-9
-    if orientation_excess_rad(rotvec_to_matrix(rotvec) @ R, limits) > allowed:
+    # each limit on its own: outside the tilt limit, the yaw must still keep its own
+    allowed = [excess + 1e-9 for excess in orientation_excesses_rad(R, limits)]
+
+    def keeps_window(R_new: Any) -> bool:
+        return all(e <= a for e, a in zip(orientation_excesses_rad(R_new, limits), allowed))
+
+    if not keeps_window(rotvec_to_matrix(rotvec) @ R):
         # The largest fraction of the rotation that keeps the window; s = 0 (no rotation) always does.
         ok, bad = 0.0, 1.0
         for _ in range(30):
             mid = 0.5 * (ok + bad)
-            if orientation_excess_rad(rotvec_to_matrix(mid * rotvec) @ R, limits) <= allowed:
+            if keeps_window(rotvec_to_matrix(mid * rotvec) @ R):
                 ok = mid
             else:
                 bad = mid
@@ -340,7 +353,7 @@ class SafetyLayer:
         self.arm = arm
         self.limits = limits
         self._permit = object()
-        arm._attach_safety(self._permit)
+        arm._attach_safety(self._permit, dry_run=limits.dry_run)
         self._command_lock = threading.Lock()
         self._counts_lock = threading.Lock()
         self.clamp_counts: dict[str, int] = {kind: 0 for kind in CLAMP_KINDS}
@@ -422,20 +435,25 @@ class SafetyLayer:
             What was sent (in dry-run mode: what would have been).
 
         Raises:
-            UnsafeActionError: not 7 finite numbers; the arm was stopped and nothing was sent.
+            UnsafeActionError: not 7 finite real numbers; the arm was stopped and nothing was sent.
+            InvalidStateError: the arm reports a TCP pose that is no rigid transform; the arm was
+                stopped and nothing was sent.
             DeviceNotConnectedError: the arm is not connected.
             MotionError: the arm aborted the motion.
         """
         import numpy as np
 
-        from real_robot.transforms import matrix_to_rotvec, pose_matrix
+        from real_robot.errors import InvalidStateError
+        from real_robot.transforms import is_rigid_transform, matrix_to_rotvec, pose_matrix
         from real_robot.twin_action import action_to_step, step_to_action
 
         self._check_open()
         stops = self._stops  # a stop from now on wins over this action
-        try:
+        try:  # real numbers only: a complex part, a string or an object would be dropped or parsed
+            if np.asarray(action).dtype.kind not in "biuf":
+                raise TypeError
             values = np.asarray(action, dtype=np.float64)
-        except (TypeError, ValueError):
+        except Exception:  # noqa: BLE001 - whatever the input, the answer is a refusal, not a traceback
             values = None
         if values is None or values.shape != (7,):
             self.stop()
@@ -455,7 +473,15 @@ class SafetyLayer:
                 if wait_s > 0 and not self.limits.dry_run:
                     self._count(["step_rate"])
                     time.sleep(wait_s)
-                obs = self.arm.observation()  # read after the wait: the step starts from where the arm is
+                try:  # read after the wait: the step starts from where the arm is
+                    obs = self.arm.observation()
+                    if not is_rigid_transform(obs.T_base_from_tcp):  # a target built on it would be no pose
+                        raise InvalidStateError(f"{self.arm} reports a TCP pose that is no rigid transform "
+                                                f"({obs.T_base_from_tcp.tolist()})")
+                except InvalidStateError as e:
+                    self._count(["non_finite"])
+                    self.stop()
+                    raise InvalidStateError(f"{e}; nothing was sent and the arm was stopped") from None
                 translation, R_delta, close, out_of_range = action_to_step(values)
                 clamps = ["action_range"] if out_of_range else []
                 translation, R_delta, step_clamps = limit_step(translation, R_delta, obs.T_base_from_tcp, self.limits)
@@ -465,14 +491,16 @@ class SafetyLayer:
                         time.monotonic() - self._gripper_changed_s < self.limits.gripper_min_interval_s):
                     close, gripper_changed = self._gripper_closed, False
                     clamps.append("gripper_rate")
-                if self._stops != stops:  # stopped while waiting or reading: send nothing
+                preempted = self._stops != stops
+                if preempted:  # stopped while waiting or reading: send nothing, limit nothing
                     translation, R_delta, close, gripper_changed = np.zeros(3), np.eye(3), self._gripper_closed, False
+                    clamps = []
                 rotvec = matrix_to_rotvec(R_delta)
                 T_target = pose_matrix(obs.T_base_from_tcp[:3, 3] + translation, R_delta @ obs.T_base_from_tcp[:3, :3])
                 sent = SentCommand(action=step_to_action(translation, R_delta, bool(close)), translation_m=translation,
                                    rotation_rotvec_rad=rotvec, gripper_close=bool(close),
                                    gripper_changed=gripper_changed, T_base_from_tcp_target=T_target,
-                                   clamps=tuple(clamps), dry_run=self.limits.dry_run, preempted=self._stops != stops)
+                                   clamps=tuple(clamps), dry_run=self.limits.dry_run, preempted=preempted)
                 self._count(clamps)
                 if sent.preempted:
                     return sent
@@ -492,8 +520,9 @@ class SafetyLayer:
                         self._stepped_s = time.monotonic()
                         if self._stops != stops:  # a stop cut the move (or came just before it began)
                             self.arm.stop()
-                            return replace(sent, gripper_close=bool(self._gripper_closed), gripper_changed=False,
-                                           preempted=True)
+                            kept = bool(self._gripper_closed)  # the gripper command was not sent
+                            return replace(sent, action=step_to_action(translation, R_delta, kept),
+                                           gripper_close=kept, gripper_changed=False, preempted=True)
                     if gripper_changed:
                         self.arm.set_gripper(close, permit=self._permit)
                 if gripper_changed:

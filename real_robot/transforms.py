@@ -63,15 +63,35 @@ def matrix_to_quaternion_wxyz(R: Any) -> Any:
 
 
 def quaternion_wxyz_to_matrix(q: Any) -> Any:
-    """Quaternion ``(w, x, y, z)`` (normalised here) -> rotation matrix ``[3, 3]``."""
+    """Quaternion ``(w, x, y, z)`` (normalised here) -> rotation matrix ``[3, 3]``.
+
+    Raises:
+        ValueError: not finite, or (near) zero: no rotation (a default-constructed ROS message's).
+    """
     import numpy as np
 
-    w, x, y, z = np.asarray(q, dtype=np.float64).reshape(4) / np.linalg.norm(q)
+    q = np.asarray(q, dtype=np.float64).reshape(4)
+    norm = float(np.linalg.norm(q))
+    if not np.isfinite(norm) or norm < 1e-6:
+        raise ValueError(f"quaternion (w, x, y, z) {q.tolist()} is not a rotation")
+    w, x, y, z = q / norm
     return np.array([
         [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
         [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
         [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)],
     ])
+
+
+def is_rigid_transform(T: Any, tol: float = 1e-5) -> bool:
+    """Whether ``T`` is a finite ``[4, 4]`` homogeneous transform with a proper rotation."""
+    import numpy as np
+
+    T = np.asarray(T, dtype=np.float64)
+    if T.shape != (4, 4) or not np.isfinite(T).all():
+        return False
+    R = T[:3, :3]
+    return bool(np.abs(R.T @ R - np.eye(3)).max() < tol and np.linalg.det(R) > 0 and
+                np.array_equal(T[3], [0.0, 0.0, 0.0, 1.0]))
 
 
 def euler_xyz_to_matrix(angles_rad: Any) -> Any:

@@ -5,12 +5,14 @@ message types that are not installed, and the config. Its parity with the twin i
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import sys
 import signal
 import threading
 import time
+from typing import Callable
 
 import numpy as np
 import pytest
@@ -18,8 +20,8 @@ import pytest
 pytestmark = pytest.mark.slow
 rclpy = pytest.importorskip("rclpy", reason="the ros extra: bash scripts/setup.sh dev,robot,ros")
 
-from real_robot.errors import (MotionError, RealRobotError, RobotUnreachableError, SafetyBypassError,  # noqa: E402
-                               StaleStateError)
+from real_robot.errors import (InvalidStateError, MotionError, RealRobotError, RobotUnreachableError,  # noqa: E402
+                               SafetyBypassError, StaleStateError)
 from real_robot.ros_arm import RosArm, RosArmConfig  # noqa: E402
 from real_robot.safety import SafetyLayer, SafetyLimits  # noqa: E402
 from ros_franka_stack import DOMAIN_ID, ros_arm_config, start_stack  # noqa: E402
@@ -162,6 +164,56 @@ def test_a_frozen_stack_stale_state_nothing_is_sent(stack):
         np.testing.assert_allclose(arm.observation().tcp_position_m, before, atol=0.001)
 
 
+@contextlib.contextmanager
+def scripted_stack(domain: int, pose_at: Callable[[list[float]], tuple], targets: list | None = None):
+    """A stack that is a script: at 100 Hz it publishes joint states and the TCP pose
+    ``pose_at(target_arrival_times)`` gives (``(position xyz, quaternion wxyz)``); each target that
+    arrives is appended to ``targets`` as ``(time.monotonic(), position, quaternion wxyz)``."""
+    from geometry_msgs.msg import PoseStamped
+    from sensor_msgs.msg import JointState
+
+    context = rclpy.Context()
+    rclpy.init(args=[], context=context, domain_id=domain,
+               signal_handler_options=rclpy.signals.SignalHandlerOptions.NO)
+    node = rclpy.create_node("scripted_stack", context=context)
+    joints = node.create_publisher(JointState, "/joint_states", 10)
+    pose = node.create_publisher(PoseStamped, "/franka_robot_state_broadcaster/current_pose", 10)
+    targets = [] if targets is None else targets
+    arrived_s: list[float] = []
+
+    def target(msg) -> None:
+        p, o = msg.pose.position, msg.pose.orientation
+        arrived_s.append(time.monotonic())
+        targets.append((arrived_s[-1], (p.x, p.y, p.z), (o.w, o.x, o.y, o.z)))
+
+    node.create_subscription(PoseStamped, "/cartesian_impedance_controller/target_pose", target, 10)
+
+    def publish() -> None:
+        position, (w, x, y, z) = pose_at(arrived_s)
+        msg = PoseStamped()
+        msg.header.stamp, msg.header.frame_id = node.get_clock().now().to_msg(), "base"
+        msg.pose.position.x, msg.pose.position.y, msg.pose.position.z = (float(v) for v in position)
+        o = msg.pose.orientation
+        o.w, o.x, o.y, o.z = float(w), float(x), float(y), float(z)
+        joints.publish(JointState(name=[f"fr3_joint{i}" for i in range(1, 8)] + ["fr3_finger_joint1",
+                                  "fr3_finger_joint2"], position=[0.0] * 7 + [0.04, 0.04]))
+        pose.publish(msg)
+
+    node.create_timer(0.01, publish)
+    executor = rclpy.executors.SingleThreadedExecutor(context=context)
+    executor.add_node(node)
+    spinner = threading.Thread(target=executor.spin, daemon=True)
+    spinner.start()
+    try:
+        yield targets
+    finally:
+        executor.shutdown(timeout_sec=1.0)
+        context.try_shutdown()
+
+
+POINTING_DOWN = (0.0, 1.0, 0.0, 0.0)  # wxyz
+
+
 @pytest.mark.parametrize("drift_m, waits, busy", [((0.0, 0.003, 0.0), True, False), ((0.0, 0.0, 0.005), False, False),
                                                    ((0.0, 0.0, 0.005), False, True)])
 def test_a_step_ends_at_rest_only_once_the_tcp_came_nearer_its_target(drift_m, waits, busy, caplog):
@@ -172,53 +224,61 @@ def test_a_step_ends_at_rest_only_once_the_tcp_came_nearer_its_target(drift_m, w
     (contact) it has: it ends at rest, without waiting the timeout out; also when the process is
     ``busy`` (descheduled for 0.25 s right after the target went out, so the motion is over before it
     looks again)."""
-    from geometry_msgs.msg import PoseStamped
-    from sensor_msgs.msg import JointState
+    def pose_at(arrived_s):
+        moved = min(1.0, (time.monotonic() - arrived_s[0]) / 0.1) if arrived_s else 0.0
+        return [v + moved * d for v, d in zip((0.5, 0.0, 0.3), drift_m)], POINTING_DOWN
 
     domain = (DOMAIN_ID + 2) % 233  # apart from the stack's and the missing stack's
-    context = rclpy.Context()
-    rclpy.init(args=[], context=context, domain_id=domain,
-               signal_handler_options=rclpy.signals.SignalHandlerOptions.NO)
-    node = rclpy.create_node("scripted_stack", context=context)
-    joints = node.create_publisher(JointState, "/joint_states", 10)
-    pose = node.create_publisher(PoseStamped, "/franka_robot_state_broadcaster/current_pose", 10)
-    target_arrived_s: list[float] = []
-    node.create_subscription(PoseStamped, "/cartesian_impedance_controller/target_pose",
-                             lambda msg: target_arrived_s.append(time.monotonic()), 10)
-
-    def publish() -> None:
-        moved = min(1.0, (time.monotonic() - target_arrived_s[0]) / 0.1) if target_arrived_s else 0.0
-        msg = PoseStamped()
-        msg.header.stamp, msg.header.frame_id = node.get_clock().now().to_msg(), "base"
-        p = msg.pose.position
-        p.x, p.y, p.z = (float(v + moved * d) for v, d in zip((0.5, 0.0, 0.3), drift_m))
-        msg.pose.orientation.x = 1.0  # pointing down
-        joints.publish(JointState(name=[f"fr3_joint{i}" for i in range(1, 8)] + ["fr3_finger_joint1",
-                                  "fr3_finger_joint2"], position=[0.0] * 7 + [0.04, 0.04]))
-        pose.publish(msg)
-
-    node.create_timer(0.01, publish)
-    executor = rclpy.executors.SingleThreadedExecutor(context=context)
-    executor.add_node(node)
-    spinner = threading.Thread(target=executor.spin, daemon=True)
-    spinner.start()
     config = ros_arm_config(domain_id=domain, gripper="none", error_recovery_action="", settle_timeout_s=0.8)
-    try:
-        with RosArm(config) as arm, SafetyLayer(arm, LIMITS) as layer:
-            if busy:
-                publish_target = arm._publish_target
-                arm._publish_target = lambda T: (publish_target(T), time.sleep(0.25))
-            started = time.monotonic()
-            layer.send_action(np.array([0, 0, 0.5, 0, 0, 0, -1.0]))  # 5 cm up
-            took_s = time.monotonic() - started
-    finally:
-        executor.shutdown(timeout_sec=1.0)
-        context.try_shutdown()
+    with scripted_stack(domain, pose_at), RosArm(config) as arm, SafetyLayer(arm, LIMITS) as layer:
+        if busy:
+            publish_target = arm._publish_target
+            arm._publish_target = lambda T: (publish_target(T), time.sleep(0.25))
+        started = time.monotonic()
+        layer.send_action(np.array([0, 0, 0.5, 0, 0, 0, -1.0]))  # 5 cm up
+        took_s = time.monotonic() - started
     warned = any("short of its target" in r.getMessage() for r in caplog.records)
     if waits:
         assert took_s >= 0.8 and warned, (took_s, warned)
     else:
         assert took_s < 0.8 and not warned, (took_s, warned)
+
+
+def test_a_pose_that_is_no_rotation_is_never_made_a_target():
+    """A stack whose TCP pose carries an all-zero quaternion (a default-constructed message): the
+    arm's reading names it, the layer refuses to step from it, and neither the step, the layer's
+    stop nor the arm's own stop publish a target built on it (it would hold NaN)."""
+    domain = (DOMAIN_ID + 3) % 233
+    config = ros_arm_config(domain_id=domain, gripper="none", error_recovery_action="")
+    with scripted_stack(domain, lambda _: ((0.5, 0.0, 0.3), (0.0, 0.0, 0.0, 0.0))) as targets:
+        with RosArm(config) as arm, SafetyLayer(arm, LIMITS) as layer:
+            with pytest.raises(InvalidStateError, match="current_pose: quaternion .* is not a rotation"):
+                arm.observation()
+            with pytest.raises(InvalidStateError):
+                layer.send_action(np.array([0.1, 0, 0, 0, 0, 0, -1.0]))
+            arm.stop()
+        time.sleep(0.3)
+    assert targets == []
+
+
+def test_a_dry_run_publishes_no_target_stops_and_disconnect_included():
+    """Dry run: nothing reaches the controller. The layer's stops are logged only, and the arm's own
+    stop (which a disconnect makes, after the layer closed) publishes nothing either."""
+    domain = (DOMAIN_ID + 4) % 233
+    config = ros_arm_config(domain_id=domain, gripper="none", error_recovery_action="")
+    with scripted_stack(domain, lambda _: ((0.5, 0.0, 0.3), POINTING_DOWN)) as targets:
+        with RosArm(config) as arm, SafetyLayer(arm, dataclasses.replace(LIMITS, dry_run=True)) as layer:
+            assert layer.send_action(np.array([0.1, 0, 0, 0, 0, 0, -1.0])).dry_run
+            layer.stop()
+            arm.stop()
+        time.sleep(0.3)
+        assert targets == []
+        with RosArm(config) as arm, SafetyLayer(arm, LIMITS) as layer:  # a moving layer: the arm stops again
+            arm.stop()
+            deadline_s = time.monotonic() + 5.0
+            while not targets and time.monotonic() < deadline_s:
+                time.sleep(0.05)
+        assert targets and np.allclose(targets[0][1], (0.5, 0.0, 0.3))
 
 
 def test_no_stack_is_named_with_its_topics():

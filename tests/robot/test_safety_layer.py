@@ -52,8 +52,15 @@ def test_non_finite_action_stops_the_arm_and_sends_nothing(layer_factory, settle
 
 @pytest.mark.reliability(fault='malformed actions to the arm (franky-sim)', cases=1,
                          outcome='refused with a clear error, the arm unmoved')
-@pytest.mark.parametrize("bad", [[0.1] * 6, [[0.1] * 7], "forward"])
+@pytest.mark.parametrize("bad", [[0.1] * 6, [[0.1] * 7], "forward", ["0.1"] * 7, np.array([0.1] * 6 + [1j]),
+                                 "torch_with_grad"])
 def test_malformed_action_is_refused(homed_layer, bad):
+    """Also numbers that are not real ones: a complex gripper value would have lost its imaginary
+    part (1j: "open"), strings been parsed, a tensor that needs grad raised a raw RuntimeError."""
+    if isinstance(bad, str) and bad == "torch_with_grad":
+        import torch
+
+        bad = torch.zeros(7, requires_grad=True)
     before = homed_layer.observation().tcp_position_m
     with pytest.raises(UnsafeActionError, match="an action is 7 numbers"):
         homed_layer.send_action(bad)
@@ -172,6 +179,7 @@ def test_a_stop_during_an_action_wins_over_what_it_had_not_sent(layer_factory, s
         thread.join(5.0)
         sent = result["sent"]
         assert sent.preempted and not sent.gripper_changed and np.linalg.norm(sent.translation_m) == 0
+        assert sent.clamps == () and layer.pop_clamp_counts()["translation_cap"] == 0  # nothing sent, nothing capped
         np.testing.assert_allclose(settled(layer), before, atol=TRACKING_TOLERANCE_M)
         assert layer.observation().gripper_width_m > 0.07  # still open
         assert not layer.send_action([0.1, 0, 0, 0, 0, 0, -1]).preempted  # the next action moves again
@@ -184,6 +192,7 @@ def test_a_stop_during_an_action_wins_over_what_it_had_not_sent(layer_factory, s
         thread.join(10.0)
         sent = result["sent"]
         assert sent.preempted and not sent.gripper_changed and not sent.gripper_close
+        assert sent.action[6] == -1.0  # what was really sent: the gripper's close was not
         assert settled(layer)[0] - start[0] < 0.04 - 0.005
         assert layer.observation().gripper_width_m > 0.07
 

@@ -46,6 +46,9 @@ def test_defaults_are_conservative_and_contain_the_home_pose():
     ("min_step_interval_s", 1.0, r"min_step_interval_s=1.0: seconds in \[0, 1\)"),
     ("dry_run", "yes", "dry_run='yes': true or false"),
     ("home_joint_positions_rad", (0.0,) * 6, "home_joint_positions_rad=.*7 finite numbers"),
+    ("workspace_max_m", "789", "workspace_max_m='789': 3 numbers"),  # not (7.0, 8.0, 9.0)
+    ("workspace_max_m", ("0.7", 0.3, 0.55), "workspace_max_m=.*3 numbers"),
+    ("gripper_min_interval_s", True, r"gripper_min_interval_s=True: seconds in \[0, 60\)"),
 ])
 def test_limits_refuse_bad_values_naming_the_field(field, value, message):
     with pytest.raises(ValueError, match=message):
@@ -78,6 +81,21 @@ def test_limits_file_refuses_unknown_keys_and_bad_values(tmp_path):
     (tmp_path / "cell.toml").write_text("")
     with pytest.raises(ValueError, match=r"\.yaml, \.yml or \.json"):
         SafetyLimits.from_file(tmp_path / "cell.toml")
+
+
+def test_a_limit_given_twice_is_refused_and_exponents_read_as_numbers(tmp_path):
+    """YAML and JSON keep the last of two equal keys: a cell file's tight cap followed by a loose one
+    would silently be the loose one. PyYAML reads ``1e-2`` as a string (YAML 1.1); here a number."""
+    path = tmp_path / "cell.yaml"
+    path.write_text("max_translation_per_step_m: 0.01\ndry_run: true\nmax_translation_per_step_m: 0.2\n")
+    with pytest.raises(ValueError, match=r"the key max_translation_per_step_m \(line 3\) is given twice"):
+        SafetyLimits.from_file(path)
+    (tmp_path / "cell.json").write_text('{"max_yaw_rad": 0.5, "max_yaw_rad": 3.0}')
+    with pytest.raises(ValueError, match="the key max_yaw_rad is given twice"):
+        SafetyLimits.from_file(tmp_path / "cell.json")
+    path.write_text("max_translation_per_step_m: 1e-2\nworkspace_min_m: [3e-1, -0.3, 0.1]\n")
+    limits = SafetyLimits.from_file(path)
+    assert limits.max_translation_per_step_m == 0.01 and limits.workspace_min_m == (0.3, -0.3, 0.1)
 
 
 @pytest.mark.parametrize("name, content, message", [
@@ -145,6 +163,23 @@ def test_rotation_is_capped_and_kept_in_the_orientation_window():
     assert rotation_angle(R) == pytest.approx(0.01, abs=1e-4)  # as far as the window allows
     _, R, clamps = limit_step([0, 0, 0], rotvec_to_matrix([-0.04, 0, 0]), tilted, LIMITS)
     assert clamps == []  # turning back toward the reference is free
+
+
+def test_tilted_past_the_window_the_yaw_still_keeps_its_limit():
+    """A TCP tilted 0.1 rad past the window (a braking overshoot) with its yaw 0.05 rad inside: turns
+    about the reference's z axis must not take the yaw out (the larger excess, the tilt's, would
+    not grow and would let them through)."""
+    from real_robot.safety import orientation_excesses_rad
+
+    R = R_REF @ rotvec_to_matrix([LIMITS.max_tilt_rad + 0.1, 0, 0]) @ rotvec_to_matrix([0, 0, LIMITS.max_yaw_rad - 0.05])
+    tilt0, yaw0 = orientation_excesses_rad(R, LIMITS)
+    assert tilt0 == pytest.approx(0.1, abs=1e-3) and yaw0 == 0.0
+    turn = rotvec_to_matrix(LIMITS.max_rotation_per_step_rad * R_REF[:, 2])  # about the reference z, base frame
+    for _ in range(5):
+        _, R_delta, clamps = limit_step([0, 0, 0], turn, pose_matrix((0.5, 0, 0.3), R), LIMITS)
+        R = R_delta @ R
+        tilt, yaw = orientation_excesses_rad(R, LIMITS)
+        assert yaw <= 1e-6 and tilt <= tilt0 + 1e-6, (tilt, yaw, clamps)
 
 
 # ----- the step limiter: properties over adversarial inputs ---------------------------------------
