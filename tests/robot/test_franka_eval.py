@@ -155,26 +155,30 @@ def test_labelled_episodes_are_recorded_step_by_step_and_sft_trains_on_successes
 
     policy = PolicyService(_no_crop_model(tmp_path))
     args = argparse.Namespace(episodes=1, instruction="put carrot on plate")
-    for label in ("success", "failure"):
+    for run, label in (("success", "success"), ("failure", "failure"), ("dry", "success")):
         env = make_franka_vector_env(
             instruction=args.instruction, robot_ip=franky_sim, playback_file=str(recording),
             camera_file=_camera_file(tmp_path), operator=ScriptedOperator(label, after_steps=3), ignore_realtime=True,
             relative_dynamics_factor=0.5, safety_limits=SafetyLimits(max_relative_dynamics_factor=0.5,
-                                                                     gripper_min_interval_s=0.0))
+                                                                     gripper_min_interval_s=0.0),
+            dry_run=run == "dry")
         rows = []
         try:
-            run_episodes(env, policy, args, tmp_path / label, rows)
+            run_episodes(env, policy, args, tmp_path / run, rows)
         finally:
             env.close()
         assert [r["label"] for r in rows] == [label]
-        index, (episode,) = load_demos(tmp_path / label / "episodes")
+        index, (episode,) = load_demos(tmp_path / run / "episodes")
+        assert index["episodes"][0].get("dry_run", False) == (run == "dry")
         assert index["episodes"][0]["length"] == 3 == len(episode["action"])
         assert index["env_kwargs"] == {"image_size": 64, "camera_crop": None}  # what SFT on them records
         # the per-step record agrees with the episode's: the operator's success lands on the last step
         np.testing.assert_array_equal(episode["success"], [False, False, label == "success"])
         np.testing.assert_array_equal(episode["reward"], [0, 0, float(label == "success")])
-    samples = build_samples([tmp_path / "success" / "episodes", tmp_path / "failure" / "episodes"], chunk_size=8)
-    assert len(samples.action_chunk) == 3  # the failed episode's steps are not trained on
+    # the failed episode's steps are not trained on, nor the dry run's (its actions never ran)
+    with pytest.warns(UserWarning, match="1 of 1 episodes were recorded in a dry run"):
+        samples = build_samples([tmp_path / run / "episodes" for run in ("success", "failure", "dry")], chunk_size=8)
+    assert len(samples.action_chunk) == 3
     with pytest.raises(ValueError, match="no successful episodes"):
         build_samples(tmp_path / "failure" / "episodes", chunk_size=8)
 

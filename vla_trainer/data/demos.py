@@ -87,12 +87,19 @@ def demo_folders(demo_dirs: DemoFolders) -> list[str | Path]:
 def load_episodes(demo_dirs: DemoFolders, only_success: bool = False) -> list[dict[str, np.ndarray]]:
     """The episodes of one demo folder, or of several in the order given; with ``only_success``,
     those whose index entry records ``success_once`` (recordings of the real robot, and demos
-    collected with ``--all``, hold failed episodes too)."""
+    collected with ``--all``, hold failed episodes too). Episodes a dry run recorded (``franka-eval
+    --dry-run``: actions never executed, images of an arm that did not move) are left out, with a
+    warning."""
     episodes = []
     for folder in demo_folders(demo_dirs):
         index, arrays = load_demos(folder)
-        episodes += [e for entry, e in zip(index.get("episodes", []), arrays)
-                     if not only_success or float(entry.get("success_once", 1.0)) > 0.5]
+        entries = index.get("episodes", [])
+        dry = sum(bool(entry.get("dry_run")) for entry in entries)
+        if dry:
+            warnings.warn(f"{folder}: {dry} of {len(entries)} episodes were recorded in a dry run (nothing moved); "
+                          "left out", stacklevel=2)
+        episodes += [e for entry, e in zip(entries, arrays) if not entry.get("dry_run")
+                     and (not only_success or float(entry.get("success_once", 1.0)) > 0.5)]
     return episodes
 
 

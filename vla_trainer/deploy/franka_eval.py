@@ -209,6 +209,7 @@ def run_episodes(env, policy, args, out_dir: Path, rows: list[dict[str, Any]]) -
     from vla_envs.demos import EpisodeRecorder
 
     backend = env.backend
+    dry_run = bool(backend.safety.limits.dry_run)  # --dry-run or the limits file's: nothing was executed
     recorder = EpisodeRecorder(out_dir / "episodes", 1, "franka/PutOnPlate-v0", None, only_success=False,
                                env_kwargs={"image_size": backend.image_size, "camera_crop": backend.camera_crop})
     seen: list[dict[str, np.ndarray]] = []
@@ -233,7 +234,8 @@ def run_episodes(env, policy, args, out_dir: Path, rows: list[dict[str, Any]]) -
             if "episode" in out.info:
                 info = {k: v[0] for k, v in out.info["episode"].items()}
         label = ("success" if info["success_once"] else "failure") if bool(out.terminated.any()) else "time_limit"
-        recorder.finish(0, args.instruction, 0, {k: v for k, v in info.items()}, extra={"label": label})
+        recorder.finish(0, args.instruction, 0, {k: v for k, v in info.items()},
+                        extra={"label": label, **({"dry_run": True} if dry_run else {})})
         rows.append(_episode_row(info, label))
         print(f"episode {episode + 1}/{args.episodes}: {label}, {int(info['length'])} steps", flush=True)
 
