@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import save_file
 from tiny_vla import make_obs, policy_for, raw_outputs, tiny
 
+from vla_trainer.checkpoint import export_merged
 from vla_trainer.models import (
     AdapterMismatchError,
     ConfigMismatchError,
@@ -18,7 +20,6 @@ from vla_trainer.models import (
     OpenVLAOFTForActionPrediction,
     apply_lora,
     config_from_official,
-    export_merged,
     load_lora,
     load_official_openvla,
     load_pretrained,
@@ -140,6 +141,29 @@ def test_merged_export_loads_offline_as_plain_hf_checkpoint(saved, tmp_path):
     _, tokenizer = load_pretrained(out_dir)
     sample = policy_for(merged, tokenizer).act(make_obs(2), greedy=True)
     assert sample.actions.shape == (2, merged.config.chunk_size, 7)
+
+
+def test_a_failed_re_export_leaves_the_previous_export_whole(saved, tmp_path):
+    """An export fails (here its tokenizer's save; a kill alike) while replacing an earlier one: the
+    earlier one still loads, and a folder holding something else is refused, not replaced."""
+    preset, _, tok, directory, inputs = saved
+    peft_model = _perturbed_lora(load_pretrained(directory)[0])
+    out_dir = export_merged(peft_model, tok, tmp_path / "merged")
+    before = sorted(p.name for p in out_dir.iterdir())
+
+    class Failing:
+        def save_pretrained(self, path):
+            (Path(path) / "tokenizer.json").write_text("{")
+            raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError, match="No space left"):
+        export_merged(peft_model, Failing(), out_dir)
+    assert sorted(p.name for p in out_dir.iterdir()) == before
+    assert_same(raw_outputs(load_pretrained(out_dir)[0], inputs), raw_outputs(peft_model, inputs), atol=1e-5)
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "todo.txt").write_text("keep")
+    with pytest.raises(FileExistsError, match="not a model folder and holds todo.txt"):
+        export_merged(peft_model, tok, tmp_path / "notes")
 
 
 def test_adapter_for_another_base_model_is_rejected(saved, tmp_path):

@@ -75,6 +75,16 @@ def _whole(checkpoint: Path) -> int:
     return state["iteration"]
 
 
+def test_checkpoints_are_kept_by_iteration_number_past_a_million(saver, tmp_path):
+    """``iter_1000000`` sorts before ``iter_999999`` as text: pruning by name deleted the checkpoint
+    just written and left ``latest`` naming nothing."""
+    _, save = saver
+    save(tmp_path, start=999_998, count=3)
+    folders = sorted(p.name for p in (tmp_path / "checkpoints").glob("iter_*"))
+    assert folders == ["iter_1000000", "iter_999999"]
+    assert latest_checkpoint(tmp_path).name == "iter_1000000" and _whole(latest_checkpoint(tmp_path)) == 1_000_000
+
+
 @pytest.mark.reliability(fault='disk full while saving a checkpoint (ENOSPC injected mid-write)', cases=1,
                          outcome='refused with a clear error; nothing on disk changed')
 def test_disk_full_mid_save_raises_a_clear_error_and_keeps_the_last_checkpoint(saver, tmp_path, monkeypatch):

@@ -10,6 +10,7 @@ from .layout import KEEP_CHECKPOINTS, checkpoint_name, latest_checkpoint
 from .model_io import (
     TRAINING_RECORDS,
     check_model_out_dir,
+    export_merged,
     load_model,
     publish_half_precision,
     resolve_model_dir,

@@ -59,6 +59,38 @@ def save_model(policy, directory: Path) -> None:
     policy.tokenizer.save_pretrained(directory)
 
 
+def export_merged(model, tokenizer, directory: str | Path, inplace: bool = False) -> Path:
+    """Writes a plain Hugging Face checkpoint: merged weights, config, code and tokenizer.
+
+    The config carries the normalisation statistics (``norm_stats``) and the action tokenizer
+    settings (``tokenizer_vocab_size``, ``n_action_bins``, prompt), and the model code is saved
+    beside the weights, so that it loads offline with::
+
+        AutoModelForImageTextToText.from_pretrained(directory, trust_remote_code=True)
+
+    The folder is written whole (``write_atomic_dir``): an export killed half-way leaves the previous
+    one as it was.
+
+    Args:
+        inplace: merge into ``model`` itself (saves memory for 7B models; the LoRA wrapper is
+            then consumed). By default a copy is merged and ``model`` keeps training.
+
+    Raises:
+        FileExistsError: ``directory`` holds something other than a model (``check_model_out_dir``).
+    """
+    from ..models import merge_lora
+
+    directory = check_model_out_dir(directory)
+    merged = merge_lora(model, inplace=inplace)
+
+    def fill(tmp: Path) -> None:
+        merged.save_pretrained(tmp)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(tmp)
+
+    return write_atomic_dir(directory, fill)
+
+
 def is_model_dir(path: str | Path) -> bool:
     path = Path(path)
     return (path / "config.json").is_file() or (path / "adapter_config.json").is_file()

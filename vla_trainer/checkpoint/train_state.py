@@ -26,7 +26,7 @@ from pathlib import Path
 from ..config import to_dict, to_yaml
 from ..config.schema import TrainConfig
 from .atomic import remove_leftovers, write_atomic_dir, write_text_atomic
-from .layout import KEEP_CHECKPOINTS, checkpoint_name, latest_checkpoint
+from .layout import KEEP_CHECKPOINTS, checkpoint_folders, checkpoint_name, latest_checkpoint
 from .model_io import save_model
 
 # Keys that may change between a run and its resumption: how long / how often, where to log.
@@ -85,7 +85,7 @@ def read_train_state(checkpoint: Path, cfg: TrainConfig) -> dict:
     from ..models.checkpoint import read_json_object
     from ..models.errors import CorruptCheckpointError
 
-    others = [p.name for p in sorted(checkpoint.parent.glob("iter_*")) if p != checkpoint]
+    others = [p.name for p in checkpoint_folders(checkpoint.parent) if p != checkpoint]
     instead = (f"; resume from another of the run's checkpoints (runner.resume_dir={checkpoint.parent / others[-1]})"
                if others else "")
     try:
@@ -168,8 +168,9 @@ def save_train_checkpoint(run_dir: Path, cfg: TrainConfig, policy, optimizer, st
         write_text_atomic(ckpt_root / "latest", name + "\n")
     except Exception as e:
         raise _write_error(e, ckpt_root / name, latest_checkpoint(run_dir), free_at_failure) from e
-    for old in sorted(ckpt_root.glob("iter_*"))[:-KEEP_CHECKPOINTS]:
-        shutil.rmtree(old, ignore_errors=True)
+    for old in checkpoint_folders(ckpt_root)[:-KEEP_CHECKPOINTS]:
+        if old != path:  # never the one just written
+            shutil.rmtree(old, ignore_errors=True)
     return path
 
 

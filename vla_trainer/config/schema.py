@@ -170,7 +170,7 @@ class ModelConfig:
     preset: Optional[str] = "tiny-openvla-oft"
     """Build a randomly initialised preset when model_path is None."""
     model_path: Optional[str] = None
-    """A saved checkpoint folder (vla-train sft output, export_merged output)."""
+    """A saved checkpoint folder (vla-train sft output, vla_trainer.checkpoint.export_merged output)."""
     unnorm_key: Optional[str] = None
     """The dataset statistics that un-normalise actions (a checkpoint with several)."""
     is_lora: bool = False

@@ -5,7 +5,7 @@ Entry points:
     load_official_openvla(source)  official openvla/openvla-7b weights into our classes
     load_pretrained(directory)     our saved / exported checkpoints (models/checkpoint.py)
     VLAPolicy(model, tokenizer)    env observations -> action chunks, log-probs, values
-    apply_lora / save_lora / load_lora / export_merged   (lora.py)
+    apply_lora / save_lora / load_lora / merge_lora   (lora.py)
 """
 
 from .action_tokenizer import ActionTokenizer, identity_norm_stats, unnormalize_actions
@@ -19,7 +19,7 @@ from .errors import (
     UnknownUnnormKeyError,
     VLAModelError,
 )
-from .lora import apply_lora, export_merged, load_lora, lora_target_modules, merge_lora, save_lora
+from .lora import apply_lora, load_lora, lora_target_modules, merge_lora, save_lora
 from .official_names import config_from_official, load_official_openvla, official_state_dict
 from .oft import OpenVLAOFTForActionPrediction
 from .openvla import OpenVLAForActionPrediction
@@ -53,7 +53,6 @@ __all__ = [
     "build_model",
     "build_tokenizer",
     "config_from_official",
-    "export_merged",
     "identity_norm_stats",
     "load_lora",
     "load_official_openvla",

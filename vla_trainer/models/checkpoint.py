@@ -32,7 +32,7 @@ def load_tokenizer(directory: str | os.PathLike):
 
 
 def load_pretrained(directory: str | os.PathLike, **kwargs):
-    """``(model, tokenizer)`` of a directory written by ``save_pretrained`` / ``export_merged``.
+    """``(model, tokenizer)`` of a directory written by ``save_pretrained`` / ``vla_trainer.checkpoint.export_merged``.
 
     Raises:
         FileNotFoundError: ``directory`` is not a folder.

@@ -1,4 +1,5 @@
-"""LoRA (peft) on OpenVLA / OpenVLA-OFT: apply, save and load adapters, export a merged model.
+"""LoRA (peft) on OpenVLA / OpenVLA-OFT: apply, save and load adapters, merge them (exporting a merged
+model folder is ``vla_trainer.checkpoint.export_merged``).
 
 ``apply_lora`` targets every linear layer of the forward pass (vision blocks that run, the
 projector, the language model's attention and MLP), like peft's ``"all-linear"``: the LM head
@@ -145,24 +146,3 @@ def merge_lora(model, inplace: bool = False):
     if not isinstance(model, PeftModel):
         return model if inplace else copy.deepcopy(model)
     return (model if inplace else copy.deepcopy(model)).merge_and_unload()
-
-
-def export_merged(model, tokenizer, directory: str | os.PathLike, inplace: bool = False) -> Path:
-    """Writes a plain Hugging Face checkpoint: merged weights, config, code and tokenizer.
-
-    The config carries the normalisation statistics (``norm_stats``) and the action tokenizer
-    settings (``tokenizer_vocab_size``, ``n_action_bins``, prompt), and the model code is saved
-    beside the weights, so that it loads offline with::
-
-        AutoModelForImageTextToText.from_pretrained(directory, trust_remote_code=True)
-
-    Args:
-        inplace: merge into ``model`` itself (saves memory for 7B models; the LoRA wrapper is
-            then consumed). By default a copy is merged and ``model`` keeps training.
-    """
-    directory = Path(directory)
-    merged = merge_lora(model, inplace=inplace)
-    merged.save_pretrained(directory)
-    if tokenizer is not None:
-        tokenizer.save_pretrained(directory)
-    return directory
