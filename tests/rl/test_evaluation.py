@@ -133,7 +133,7 @@ def test_a_comparison_says_whether_both_ran_with_the_same_settings():
     from vla_trainer.rl.evaluation import same_settings
 
     settings = {"env_kwargs": {"low_poly": True}, "asset_pack": "procedural", "terminate": False,
-                "expert_start_phase": None}
+                "max_episode_steps": None, "expert_start_phase": None}
     assert same_settings(settings, dict(settings)).startswith("settings: the same env options")
     other = {**settings, "env_kwargs": {"low_poly": False}, "terminate": True}
     line = same_settings(settings, other)

@@ -4,6 +4,7 @@ it was made, saw the view the PPO recipe trains on, and drives the real env thro
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
@@ -70,6 +71,25 @@ def test_vla_eval_runs_the_shipped_warm_start(tmp_path, monkeypatch, capsys):
     assert row["num_episodes"] == 1 and row["length"] == 8 and row["asset_pack"] == "procedural"
     assert vla_eval(["--checkpoint", str(SHIPPED_WARM_START), "--env-from", "cpu_grpo_tiny_put_on_plate_eazy"]) == 2
     assert "--env-from cpu_grpo_tiny_put_on_plate_eazy" in capsys.readouterr().err
+    # the recipe's whole evaluation: its episode end and step limit, and its sampling, as its run evaluated
+    recipe_file = tmp_path / "recipe.yaml"
+    recipe_file.write_text("defaults: [cpu_grpo_tiny_put_on_plate_easy]\n"
+                           "env: {eval: {max_episode_steps: 4, ignore_terminations: false}}\n"
+                           "algorithm: {sampling_params: {temperature_eval: 0.9, top_k: 5}}\n")
+    assert vla_eval(["--checkpoint", str(SHIPPED_WARM_START), "--num-envs", "1", "--num-episodes", "1",
+                     "--vectorization", "serial", "--env-from", str(recipe_file), "--out", str(tmp_path / "e2")]) == 0
+    report = json.loads((tmp_path / "e2" / "eval.json").read_text())
+    row = report["rows"][0]
+    assert row["length"] <= 4 and row["max_episode_steps"] == 4 and row["terminate"] is True
+    assert report["sampling"] == "temperature 0.9, top-k 5"
+    # a paper recipe names no model (its run does): its evaluation env is still read
+    from vla_trainer.cli.eval import resolve_env
+
+    args = argparse.Namespace(env_from="maniskill_grpo_openvla", task=None, env_kwargs={}, terminate=None,
+                              greedy=None, temperature=None, top_k=None)
+    resolve_env(args)
+    assert (args.task, args.terminate, args.top_k, args.recipe_unnorm_key) == (
+        "PutOnPlateInScene25Main-v3", False, 50, "bridge_orig")
 
 
 @pytest.mark.slow

@@ -44,7 +44,8 @@ def evaluate_tasks(policy, tasks: list[str], args, asset_meta: dict) -> list[dic
     rows = []
     for i, task in enumerate(tasks):
         split = EnvSplitConfig(task=task, total_num_envs=args.num_envs, ignore_terminations=not args.terminate,
-                               vectorization=args.vectorization, env_kwargs=args.env_kwargs)
+                               max_episode_steps=args.max_episode_steps, vectorization=args.vectorization,
+                               env_kwargs=args.env_kwargs)
         env = make_env(split, policy.config.image_size, evaluation=True, expert_start_phase=args.expert_start_phase)
         asset_meta.setdefault("asset_pack", getattr(env, "asset_pack", None))
         run_env = RecordVideo(env, args.video, fps=5) if (args.video and i == 0) else env
@@ -59,7 +60,8 @@ def evaluate_tasks(policy, tasks: list[str], args, asset_meta: dict) -> list[dic
         ci = wilson_interval(round(res["success_once"] * n), n)
         rows.append({"env_id": task, **res, "success_once_ci95": list(ci), "asset_pack": getattr(env, "asset_pack", None),
                      "env_kwargs": args.env_kwargs, "terminate": args.terminate,
-                     "expert_start_phase": args.expert_start_phase, "episodes": episodes})
+                     "max_episode_steps": args.max_episode_steps, "expert_start_phase": args.expert_start_phase,
+                     "episodes": episodes})
         grasped = f"  grasped_once {res['grasped_once']:.3f}" if "grasped_once" in res else ""
         print(f"{task}: success_once {res['success_once']:.3f} (95 % CI {ci[0]:.3f}-{ci[1]:.3f})  "
               f"success_at_end {res['success_at_end']:.3f}{grasped}  ({n} episodes"
@@ -83,18 +85,26 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--num-envs", type=positive_int, default=4)
     p.add_argument("--num-episodes", type=positive_int, default=None,
                    help="per task; a multiple of --num-envs (default: 16; LIBERO: --trials-per-task)")
-    p.add_argument("--greedy", action="store_true", help="most likely action instead of sampling")
-    p.add_argument("--temperature", type=positive_float, default=0.6, help="sampling temperature (default: %(default)s)")
-    p.add_argument("--top-k", type=int_at_least(0), default=0, help="top-k sampling (0: off)")
+    p.add_argument("--greedy", action=argparse.BooleanOptionalAction, default=None,
+                   help="most likely action instead of sampling (default: --env-from's use_greedy, else no)")
+    p.add_argument("--temperature", type=positive_float, default=None,
+                   help="sampling temperature (default: --env-from's temperature_eval, else 0.6)")
+    p.add_argument("--top-k", type=int_at_least(0), default=None,
+                   help="top-k sampling, 0: off (default: --env-from's top_k, else 0)")
+    p.add_argument("--unnorm-key", default=None,
+                   help="which of the model's action statistics to un-normalise with, for a model that holds "
+                        "several (default: the training checkpoint's or --env-from's actor.model.unnorm_key)")
     p.add_argument("--execute-steps", type=int, default=None, metavar="K",
                    help="execute the first K actions of each predicted chunk, then re-plan from a new "
                         "observation (default: the whole chunk, as the policy was trained)")
-    p.add_argument("--terminate", action="store_true",
-                   help="end episodes at success (default: run to the time limit, so success_at_end is meaningful)")
+    p.add_argument("--terminate", action=argparse.BooleanOptionalAction, default=None,
+                   help="end episodes at success (default: --env-from's ignore_terminations, else run to the time "
+                        "limit, so success_at_end is meaningful)")
     p.add_argument("--env-kwargs", type=json_object, default="{}", help="JSON of extra gym.make arguments, e.g. '{\"low_poly\": true}'")
     p.add_argument("--env-from", default=None, metavar="RECIPE",
-                   help="evaluate on a training recipe's evaluation env (a shipped recipe name or a YAML path): its "
-                        "env.eval task and env_kwargs, which --task and --env-kwargs then change")
+                   help="evaluate as a training recipe's evaluation does (a shipped recipe name or a YAML path): its "
+                        "env.eval task, env_kwargs, episode end and step limit, and its evaluation sampling "
+                        "(temperature_eval, top_k, use_greedy); the options above change them")
     p.add_argument("--vectorization", default="pool", choices=("pool", "serial"))
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--video", type=video_file, default=None,
@@ -123,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.num_episodes is not None:
             p.error("--num-episodes is for --task and --ood; LIBERO runs every task's first --trials-per-task "
                     "official initial states")
-        if args.terminate:
+        if args.terminate is not None:
             p.error("--terminate is for --task and --ood; LIBERO episodes always end at success (the OpenVLA protocol)")
         args.trials_per_task = 50 if args.trials_per_task is None else args.trials_per_task
     else:
@@ -173,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         model, tokenizer, model_dir = load_model(args.checkpoint)
-        policy = VLAPolicy(model, tokenizer)
+        policy = VLAPolicy(model, tokenizer, unnorm_key=unnorm_key(args, model_dir, model))
         check_execute_steps(args.execute_steps, policy.chunk_size)
         tasks = list(VARIANTS) if args.ood else [args.task]
         meta: dict = {}
@@ -205,22 +215,51 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def resolve_env(args: argparse.Namespace) -> None:
-    """Fills ``args.task`` and ``args.env_kwargs`` from ``--env-from``'s ``env.eval`` (what the run
-    evaluated on while training), the command line's own values taking precedence."""
-    task, env_kwargs = "PutOnPlateInScene25Main-v3", {}
-    if args.env_from is not None:
-        from vla_trainer.config import load_config
+    """Fills what the command line left open from ``--env-from``'s recipe, as its run evaluated while
+    training (``env.eval``: task, env_kwargs, episode end, step limit; ``algorithm.sampling_params``:
+    temperature_eval, top_k, use_greedy; ``actor.model.unnorm_key``), else from the defaults of a
+    recipe's evaluation. The command line's own values take precedence."""
+    from vla_trainer.config.schema import EnvSplitConfig, SamplingParams
 
-        env = load_config(args.env_from).env.eval  # a ConfigError is a ValueError
-        task, env_kwargs = env.task, dict(env.env_kwargs)
+    split, sampling, args.recipe_unnorm_key = EnvSplitConfig(ignore_terminations=True), SamplingParams(), None
+    if args.env_from is not None:
+        from vla_trainer.config.loading import load_recipe
+        from vla_trainer.config.schema import TrainConfig
+
+        # the recipe as written, not validated as a run: a paper recipe leaves the model for its run to name
+        cfg = load_recipe(TrainConfig, args.env_from)  # a ConfigError is a ValueError
+        split, sampling = cfg.env.eval, cfg.algorithm.sampling_params
+        args.recipe_unnorm_key = cfg.actor.model.unnorm_key
     if args.task is None:
-        args.task = task
-    args.env_kwargs = {**env_kwargs, **args.env_kwargs}
+        args.task = split.task
+    args.env_kwargs = {**split.env_kwargs, **args.env_kwargs}
+    args.terminate = not split.ignore_terminations if args.terminate is None else args.terminate
+    args.max_episode_steps = split.max_episode_steps
+    args.greedy = sampling.use_greedy if args.greedy is None else args.greedy
+    args.temperature = sampling.temperature_eval if args.temperature is None else args.temperature
+    args.top_k = sampling.top_k if args.top_k is None else args.top_k
+
+
+def unnorm_key(args: argparse.Namespace, model_dir: Path, model) -> str | None:
+    """``--unnorm-key``, else the training checkpoint's ``actor.model.unnorm_key`` (its config.yaml
+    beside ``model/``), else ``--env-from``'s when the model holds that set (the recipe may be for
+    another model); None lets a model with one statistics set use it."""
+    if args.unnorm_key is not None:
+        return args.unnorm_key
+    recipe = model_dir.parent / "config.yaml"
+    if model_dir.name == "model" and recipe.is_file():
+        from vla_trainer.config.loading import load_recipe
+        from vla_trainer.config.schema import TrainConfig
+
+        return load_recipe(TrainConfig, recipe).actor.model.unnorm_key
+    held = getattr(model.config, "norm_stats", None) or {}
+    return args.recipe_unnorm_key if args.recipe_unnorm_key in held else None
 
 
 def sampling_mode(args: argparse.Namespace) -> str:
     """How actions were chosen, for the table's header and eval.json."""
-    mode = "greedy" if args.greedy else f"temperature {args.temperature}"
+    mode = "greedy" if args.greedy else (f"temperature {args.temperature}"
+                                         + (f", top-k {args.top_k}" if args.top_k else ""))
     return mode if args.execute_steps is None else f"{mode}, re-planning every {args.execute_steps} actions"
 
 
@@ -259,7 +298,7 @@ def libero_main(args) -> int:
         if not 1 <= args.trials_per_task <= INIT_STATES_PER_TASK:
             raise ValueError(f"--trials-per-task must be in 1..{INIT_STATES_PER_TASK}, got {args.trials_per_task}")
         model, tokenizer, model_dir = load_model(args.checkpoint)
-        policy = VLAPolicy(model, tokenizer)
+        policy = VLAPolicy(model, tokenizer, unnorm_key=unnorm_key(args, model_dir, model))
         check_execute_steps(args.execute_steps, policy.chunk_size)
         kwargs = {"image_size": policy.config.image_size, **args.env_kwargs, "evaluation": True}
         rows = []

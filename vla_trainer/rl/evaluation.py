@@ -192,7 +192,7 @@ def compare_to_baseline(baseline: dict, row: dict, names: tuple[str, str] = ("ba
     return lines
 
 
-SETTINGS = ("env_kwargs", "asset_pack", "terminate", "expert_start_phase")
+SETTINGS = ("env_kwargs", "asset_pack", "terminate", "max_episode_steps", "expert_start_phase")
 """What a ``vla-eval`` row records of how its episodes ran, besides the task and initial states."""
 
 
