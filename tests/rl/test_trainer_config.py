@@ -630,3 +630,28 @@ def test_a_value_head_grpo_would_ignore_warns():
         warnings.simplefilter("error", ConfigWarning)
         load_config("cpu_grpo_tiny_put_on_plate")
         load_config("cpu_ppo_tiny_put_on_plate")
+
+
+@pytest.mark.parametrize("override, message", [
+    ("actor.seed=-1", "actor.seed: must be >= 0"),
+    ("actor.optim.adam_beta1=1.5", r"actor.optim.adam_beta1: must lie in \[0, 1\), got 1.5"),
+    ("actor.optim.adam_beta2=-0.1", r"actor.optim.adam_beta2: must lie in \[0, 1\)"),
+    ("actor.optim.weight_decay=-1", "actor.optim.weight_decay: must be a finite number >= 0"),
+    ("actor.optim.lr=.inf", "actor.optim.lr: must be a finite number > 0, got inf"),
+    ("runner.max_wall_minutes=0", r"runner.max_wall_minutes: must be > 0 or null"),
+    ("runner.max_wall_minutes=-5", "runner.max_wall_minutes"),
+    ("env.train.reward_coef=.nan", "env.train.reward_coef: must be finite, got nan"),
+    ("algorithm.sampling_params.temperature_train=.inf", "temperature_train: must be a finite number > 0"),
+])
+def test_out_of_range_values_are_refused_naming_the_key_before_the_run_starts(override, message):
+    """Each passed validation before and failed later (torch's "Invalid beta parameter at index 0",
+    numpy's "expected non-negative integer" after the run folder was made) or trained on nonsense."""
+    with pytest.raises(ConfigError, match=message):
+        load_config("cpu_ppo_tiny_put_on_plate", [override])
+
+
+def test_filter_bounds_without_the_filter_are_named_as_ignored():
+    from vla_trainer.config import ConfigWarning
+
+    with pytest.warns(ConfigWarning, match="filter_low / filter_high .* are ignored: algorithm.success_rate_filter"):
+        load_config("cpu_grpo_tiny_put_on_plate", ["algorithm.filter_low=0.5", "algorithm.filter_high=0.9"])

@@ -9,6 +9,7 @@ A recipe is a shipped name (``recipe_names()``) or a path to a YAML file. A reci
 
 from __future__ import annotations
 
+import math
 import re
 import warnings
 from dataclasses import asdict
@@ -200,6 +201,10 @@ def _check(ok: bool, key: str, message: str) -> None:
         raise ConfigError(f"{key}: {message}")
 
 
+def _positive(value: float) -> bool:
+    return math.isfinite(value) and value > 0
+
+
 def validate(cfg: TrainConfig) -> None:
     """The rules a typed schema cannot express. Raises ConfigError naming the key."""
     from vla_trainer.algorithms import validate_granularity
@@ -252,6 +257,9 @@ def validate(cfg: TrainConfig) -> None:
            f"trajectories all scored the same); got {alg.filter_low} and {alg.filter_high}")
     _check(alg.filter_low is None or alg.filter_low <= alg.filter_high, "algorithm.filter_low",
            f"must be <= algorithm.filter_high ({alg.filter_low} > {alg.filter_high})")
+    if alg.filter_low is not None and not alg.success_rate_filter:
+        warnings.warn(f"algorithm.filter_low / filter_high ({alg.filter_low}, {alg.filter_high}) are ignored: "
+                      "algorithm.success_rate_filter is false; set it to true to filter", ConfigWarning, stacklevel=2)
     _check(alg.bc_coef >= 0, "algorithm.bc_coef", f"must be >= 0 (0: off), got {alg.bc_coef}")
     _check(alg.bc_batch_size >= 0, "algorithm.bc_batch_size",
            f"must be >= 0 (0: actor.micro_batch_size), got {alg.bc_batch_size}")
@@ -259,7 +267,8 @@ def validate(cfg: TrainConfig) -> None:
            f"bc_coef={alg.bc_coef} needs demonstrations: set it to a list of vla-envs collect-demos folders")
     sp = alg.sampling_params
     for key in ("temperature_train", "temperature_eval"):
-        _check(getattr(sp, key) > 0, f"algorithm.sampling_params.{key}", f"must be > 0, got {getattr(sp, key)}")
+        _check(_positive(getattr(sp, key)), f"algorithm.sampling_params.{key}",
+               f"must be a finite number > 0, got {getattr(sp, key)}")
     _check(sp.top_k >= 0, "algorithm.sampling_params.top_k", f"must be >= 0 (0: off), got {sp.top_k}")
     _check(alg.kl_beta == 0 or sp.top_k == 0, "algorithm.kl_beta",
            f"a KL penalty ({alg.kl_beta}) needs algorithm.sampling_params.top_k=0 (got {sp.top_k}): under "
@@ -271,6 +280,7 @@ def validate(cfg: TrainConfig) -> None:
         _check(env.total_num_envs >= 1, f"env.{split}.total_num_envs", f"must be >= 1, got {env.total_num_envs}")
         _check(env.max_episode_steps is None or env.max_episode_steps >= 1, f"env.{split}.max_episode_steps",
                f"must be >= 1 or null, got {env.max_episode_steps}")
+        _check(math.isfinite(env.reward_coef), f"env.{split}.reward_coef", f"must be finite, got {env.reward_coef}")
     from vla_envs.errors import VlaEnvError
     from vla_envs.registry import get_task  # the task checks its options, and which only training may use
 
@@ -312,12 +322,19 @@ def validate(cfg: TrainConfig) -> None:
         _check((m.model_name == "openvla_oft") == ("oft" in m.preset), "actor.model.model_name",
                f"{m.model_name!r} does not match preset {m.preset!r}")
     _check(m.lora_rank >= 1, "actor.model.lora_rank", f"must be >= 1, got {m.lora_rank}")
+    _check(actor.seed >= 0, "actor.seed", f"must be >= 0 (torch and numpy seeds are unsigned), got {actor.seed}")
     o = actor.optim
     for key in ("lr", "value_lr", "adam_eps", "clip_grad"):
-        _check(getattr(o, key) > 0, f"actor.optim.{key}", f"must be > 0, got {getattr(o, key)}")
+        _check(_positive(getattr(o, key)), f"actor.optim.{key}", f"must be a finite number > 0, got {getattr(o, key)}")
+    for key in ("adam_beta1", "adam_beta2"):
+        _check(0.0 <= getattr(o, key) < 1.0, f"actor.optim.{key}", f"must lie in [0, 1), got {getattr(o, key)}")
+    _check(math.isfinite(o.weight_decay) and o.weight_decay >= 0, "actor.optim.weight_decay",
+           f"must be a finite number >= 0, got {o.weight_decay}")
     _check(o.critic_warmup_steps >= 0, "actor.optim.critic_warmup_steps", f"must be >= 0, got {o.critic_warmup_steps}")
     r = cfg.runner
     _check(r.max_epochs >= 1, "runner.max_epochs", f"must be >= 1, got {r.max_epochs}")
+    _check(r.max_wall_minutes is None or _positive(r.max_wall_minutes), "runner.max_wall_minutes",
+           f"must be > 0 or null (no limit), got {r.max_wall_minutes}")
     _check(r.val_check_interval == -1 or r.val_check_interval >= 1, "runner.val_check_interval",
            f"must be >= 1 or -1 (never), got {r.val_check_interval}")
     _check(r.save_interval == -1 or r.save_interval >= 1, "runner.save_interval",
