@@ -17,7 +17,8 @@ limits: the guarantees below are properties of that function.
   per action, whatever the action: a target that only held it there would let each overshoot start
   from further out.
 - Likewise for the orientation window (tilt of the TCP's z axis from the reference orientation, and
-  yaw about the reference z axis): inside stays inside, outside never gets further out.
+  yaw about the reference z axis), each limit on its own: inside stays inside, outside never gets
+  further out.
 """
 
 from __future__ import annotations
