@@ -242,3 +242,35 @@ def test_the_vla_serve_command_serves_the_checkpoint_until_ctrl_c(service, tmp_p
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_a_model_with_several_action_statistics_acts_with_its_runs_set(tmp_path):
+    """Official OpenVLA checkpoints carry several statistics sets (bridge_orig, fractal, ...); a run
+    fine-tuned from one names its set in actor.model.unnorm_key. Serving and vla-eval act with that
+    set (they refused the model before, asking for an option vla-eval did not have); a bare model
+    folder still needs it named."""
+    import argparse
+
+    from tiny_vla import tiny
+
+    from vla_trainer.checkpoint import save_model
+    from vla_trainer.cli.eval import unnorm_key
+    from vla_trainer.config import load_config
+    from vla_trainer.config.loading import to_yaml
+    from vla_trainer.models import UnknownUnnormKeyError, VLAPolicy
+
+    stats = {k: {"action": {"q01": [-s] * 7, "q99": [s] * 7}} for k, s in (("bridge_orig", 1.0), ("fractal", 0.5))}
+    model, tokenizer = tiny("tiny-openvla-oft", norm_stats=stats)
+    save_model(VLAPolicy(model, tokenizer, unnorm_key="bridge_orig"), tmp_path / "ckpt" / "model")
+    (tmp_path / "ckpt" / "config.yaml").write_text(
+        to_yaml(load_config("cpu_grpo_tiny_put_on_plate", ["actor.model.unnorm_key=fractal"])))
+    assert PolicyService(tmp_path / "ckpt").policy.unnorm_key == "fractal"
+    assert PolicyService(tmp_path / "ckpt", unnorm_key="bridge_orig").policy.unnorm_key == "bridge_orig"
+    args = argparse.Namespace(unnorm_key=None, recipe_unnorm_key="bridge_orig")
+    assert unnorm_key(args, tmp_path / "ckpt" / "model", model) == "fractal"  # the checkpoint's run first
+    bare = tmp_path / "bare"
+    save_model(VLAPolicy(model, tokenizer, unnorm_key="bridge_orig"), bare)
+    assert unnorm_key(args, bare, model) == "bridge_orig"  # then --env-from's, which the model holds
+    assert unnorm_key(argparse.Namespace(unnorm_key=None, recipe_unnorm_key="libero"), bare, model) is None
+    with pytest.raises(UnknownUnnormKeyError, match="pass unnorm_key"):
+        PolicyService(bare)  # a bare folder with several sets: which one is the user's to say

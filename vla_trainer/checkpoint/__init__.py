@@ -13,6 +13,7 @@ from .model_io import (
     export_merged,
     load_model,
     publish_half_precision,
+    recorded_unnorm_key,
     resolve_model_dir,
     save_model,
 )

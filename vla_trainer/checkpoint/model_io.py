@@ -135,6 +135,20 @@ def resolve_model_dir(path: str | Path) -> Path:
                             "checkpoint (model/) nor a run folder (checkpoints/latest)")
 
 
+def recorded_unnorm_key(model_dir: str | Path) -> str | None:
+    """The ``actor.model.unnorm_key`` a training checkpoint's run acted with (its ``config.yaml``
+    beside ``model/``): which of the model's action statistics its actions mean. None for a model
+    folder without one (a model with one statistics set needs none)."""
+    model_dir = Path(model_dir)
+    recipe = model_dir.parent / "config.yaml"
+    if model_dir.name != "model" or not recipe.is_file():
+        return None
+    from ..config.loading import load_recipe
+    from ..config.schema import TrainConfig
+
+    return load_recipe(TrainConfig, recipe).actor.model.unnorm_key
+
+
 def load_model(path: str | Path):
     """``(model, tokenizer, model_dir)`` of what ``path`` names (``resolve_model_dir``), on the CPU.
 

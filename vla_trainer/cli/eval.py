@@ -244,14 +244,12 @@ def unnorm_key(args: argparse.Namespace, model_dir: Path, model) -> str | None:
     """``--unnorm-key``, else the training checkpoint's ``actor.model.unnorm_key`` (its config.yaml
     beside ``model/``), else ``--env-from``'s when the model holds that set (the recipe may be for
     another model); None lets a model with one statistics set use it."""
+    from vla_trainer.checkpoint import recorded_unnorm_key
+
     if args.unnorm_key is not None:
         return args.unnorm_key
-    recipe = model_dir.parent / "config.yaml"
-    if model_dir.name == "model" and recipe.is_file():
-        from vla_trainer.config.loading import load_recipe
-        from vla_trainer.config.schema import TrainConfig
-
-        return load_recipe(TrainConfig, recipe).actor.model.unnorm_key
+    if (recorded := recorded_unnorm_key(model_dir)) is not None:
+        return recorded
     held = getattr(model.config, "norm_stats", None) or {}
     return args.recipe_unnorm_key if args.recipe_unnorm_key in held else None
 

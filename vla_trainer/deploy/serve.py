@@ -200,15 +200,19 @@ class PolicyService:
         greedy: take the most likely action tokens (evaluation); False samples at ``temperature``.
         temperature: sampling temperature when not greedy.
         device: torch device for the model (``"cpu"``, ``"cuda"``).
+        unnorm_key: which of the model's action statistics its actions mean, for a model that holds
+            several; None: the one its training run used (a training checkpoint's config.yaml), or
+            the only one.
     """
 
     def __init__(self, checkpoint: str | Path, *, greedy: bool = True, temperature: float = 1.0,
-                 device: str = "cpu"):
-        from vla_trainer.checkpoint import load_model
+                 device: str = "cpu", unnorm_key: str | None = None):
+        from vla_trainer.checkpoint import load_model, recorded_unnorm_key
         from vla_trainer.models import VLAPolicy
 
         model, tokenizer, model_dir = load_model(checkpoint)
-        self.policy = VLAPolicy(model.to(device), tokenizer)
+        unnorm_key = unnorm_key if unnorm_key is not None else recorded_unnorm_key(model_dir)
+        self.policy = VLAPolicy(model.to(device), tokenizer, unnorm_key=unnorm_key)
         self.greedy, self.temperature = greedy, temperature
         task, kwargs = training_env(model_dir)
         crop = kwargs.get("camera_crop")
