@@ -392,6 +392,12 @@ class SafetyLayer:
         """The arm's current state (``Arm.observation``)."""
         return self.arm.observation()
 
+    @property
+    def stop_count(self) -> int:
+        """Stops asked for so far: a caller that takes an action from a queue reads it with the action
+        and passes it as ``send_action(..., stops_since=)``, so a stop after the take wins."""
+        return self._stops
+
     def stop(self) -> None:
         """Stop the arm now. An action being sent from another thread sends nothing more
         (``SentCommand.preempted``); the next action moves again. Dry run: only logs."""
@@ -425,12 +431,14 @@ class SafetyLayer:
                     logger.warning("safety: %s limited a command (counted in clamp_counts)", kind)
 
     # ----- commands --------------------------------------------------------------------------------
-    def send_action(self, action: Any) -> SentCommand:
+    def send_action(self, action: Any, stops_since: int | None = None) -> SentCommand:
         """Limit one normalised twin action and send it.
 
         Args:
             action: ``[7]`` floats: translation (3), rotation (3), gripper (-1 open, +1 close); see
                 ``real_robot.twin_action`` for the scale and frames.
+            stops_since: ``stop_count`` when the caller took the action (from a queue another thread
+                stops); a stop since then preempts it. None: from this call on.
 
         Returns:
             What was sent (in dry-run mode: what would have been).
@@ -449,7 +457,7 @@ class SafetyLayer:
         from real_robot.twin_action import action_to_step, step_to_action
 
         self._check_open()
-        stops = self._stops  # a stop from now on wins over this action
+        stops = self._stops if stops_since is None else stops_since  # a stop from then on wins over this action
         try:  # real numbers only: a complex part, a string or an object would be dropped or parsed
             if np.asarray(action).dtype.kind not in "biuf":
                 raise TypeError
@@ -535,14 +543,21 @@ class SafetyLayer:
 
     def home(self) -> None:
         """Move to ``limits.home_joint_positions_rad`` (joint space, the arm's dynamics factor). The
-        watchdog is paused until the next action. In dry-run mode only logs."""
+        watchdog is paused until the next action. In dry-run mode only logs.
+
+        Raises:
+            MotionError: the arm aborted the move, or a ``stop()`` (another thread's) cut it short of home.
+        """
         self._check_open()
         with self._command_lock:
             self._watchdog.disarm()
             if self.limits.dry_run:
                 logger.info("dry run: would move home to %s", self.limits.home_joint_positions_rad)
                 return
+            stops = self._stops
             self.arm.move_to_joint_positions(self.limits.home_joint_positions_rad, permit=self._permit)
+            if self._stops != stops:  # franky ends a stopped move without an error
+                raise MotionError(f"{self.arm}: a stop cut the move home short; the arm holds where it stopped")
 
     def open_gripper(self) -> None:
         """Open the gripper (an episode's start), waiting out ``gripper_min_interval_s`` when it

@@ -20,11 +20,13 @@ the previous one. A chunk with NaN or infinity goes to the safety layer at once,
 the node logs it and drops the chunk (and what was left of the previous one). A malformed chunk stops
 the arm as well.
 
-Services (``std_srvs/Trigger``): ``~/home`` (drop the queue, recover from a reflex, move to the home
-joints), ``~/stop``
-(drop the queue, stop the arm, drop every chunk until ``~/resume``), ``~/resume``.
+Services (``std_srvs/Trigger``): ``~/home`` (drop the queue and stop, recover from a reflex, move to
+the home joints; chunks that arrive meanwhile are dropped), ``~/stop`` (drop the queue, stop the arm,
+drop every chunk until ``~/resume``; answered at once, also while homing, which it cuts short),
+``~/resume``. An action taken from the queue before a ``~/stop`` is not sent after it.
 
-On SIGINT / SIGTERM the node stops the arm, closes the safety layer and disconnects.
+On SIGINT / SIGTERM the node stops the arm, closes the safety layer and disconnects; during the homing
+of ``home_on_start`` it stops the arm at once.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ from real_robot.errors import MotionError, UnsafeActionError, require_module
 
 DEFAULT_CONTROL_PERIOD_S = 0.2
 """One action per 0.2 s: the twin's control rate (5 Hz)."""
+EXECUTOR_THREADS = 4
+"""State, chunks, ~/stop, and ~/home with ~/resume: each its own callback group, all at once."""
 
 PARAMETERS = {
     "robot_ip": ("str", "", "the robot's FCI address, e.g. 172.16.0.2 (franky-sim: its 127.x address): franky"),
@@ -85,6 +89,7 @@ class Bridge:
         self._queue: collections.deque = collections.deque()
         self._need_ready = True  # the bridge starts idle
         self._held = False
+        self._homing = False
         self._running = True
         self.chunks_received = 0
 
@@ -92,14 +97,15 @@ class Bridge:
         self.pose_pub = node.create_publisher(PoseStamped, common.TCP_POSE_TOPIC, 10)
         self.sent_pub = node.create_publisher(Float32MultiArray, common.ACTION_SENT_TOPIC, 10)
         self.ready_pub = node.create_publisher(Header, common.READY_TOPIC, common.ready_qos())
-        # state, chunks and services in separate groups: homing (seconds) blocks neither the state
-        # nor a NaN chunk's stop (with a MultiThreadedExecutor)
+        # state, chunks, ~/stop and the other services in separate groups: homing (seconds) blocks
+        # neither the state, a NaN chunk's stop nor ~/stop, which cuts it (a MultiThreadedExecutor of
+        # EXECUTOR_THREADS)
         node.create_subscription(Float32MultiArray, common.ACTION_CHUNK_TOPIC, self._on_chunk, 10,
                                  callback_group=MutuallyExclusiveCallbackGroup())
         node.create_timer(1.0 / state_rate_hz, self._publish_state, callback_group=MutuallyExclusiveCallbackGroup())
         services = MutuallyExclusiveCallbackGroup()
         node.create_service(Trigger, "~/home", self._on_home, callback_group=services)
-        node.create_service(Trigger, "~/stop", self._on_stop, callback_group=services)
+        node.create_service(Trigger, "~/stop", self._on_stop, callback_group=MutuallyExclusiveCallbackGroup())
         node.create_service(Trigger, "~/resume", self._on_resume, callback_group=services)
         self._executor_thread = threading.Thread(target=self._execute, name="bridge-actions", daemon=True)
         self._executor_thread.start()
@@ -156,6 +162,9 @@ class Bridge:
                 self.log.warning("stopped (~/stop): dropping action chunks until ~/resume",
                                  throttle_duration_sec=5.0)
                 return
+            if self._homing:  # computed from an arm on its way home: it would run from the home pose
+                self.log.warning("homing (~/home): dropping action chunks until it is done", throttle_duration_sec=5.0)
+                return
             replaced = len(self._queue)
             self._queue = collections.deque(chunk)
             self._cond.notify_all()
@@ -191,10 +200,12 @@ class Bridge:
                     self._need_ready = False
                     self._publish_ready()
                     continue
-                action = self._queue.popleft()
+                # with the stop count of the moment it leaves the queue: ~/stop (which clears the queue
+                # and stops under this lock) after this line preempts it, also before it is sent
+                action, stops = self._queue.popleft(), self.safety.stop_count
             start_s = time.monotonic()
             try:
-                sent = self.safety.send_action(action)
+                sent = self.safety.send_action(action, stops_since=stops)
             except Exception as e:  # noqa: BLE001  report, drop the rest, keep serving
                 if not self._running:
                     return  # the stop at shutdown preempted this step
@@ -226,8 +237,10 @@ class Bridge:
 
     # ----- services -----------------------------------------------------------------------------
     def _on_home(self, request: Any, response: Any) -> Any:
-        with self._cond:
+        with self._cond:  # what is queued or being sent was planned from where the arm was: not after homing
             self._queue.clear()
+            self._homing = True
+            self._stop_arm()
         try:
             if not self.safety.limits.dry_run:
                 self.safety.recover()  # after a reflex the arm takes no motion until recovered
@@ -238,16 +251,18 @@ class Bridge:
             response.success, response.message = False, f"homing failed: {e}"
             self._stop_arm()
         with self._cond:
+            self._homing = False
+            self._queue.clear()
             self._need_ready = True
             self._cond.notify_all()
         self.log.info(f"~/home: {response.message}")
         return response
 
     def _on_stop(self, request: Any, response: Any) -> Any:
-        with self._cond:
+        with self._cond:  # stopped under the lock: an action taken from the queue before is preempted
             self._held = True
             self._queue.clear()
-        self._stop_arm()
+            self._stop_arm()
         response.success, response.message = True, "stopped; action chunks are dropped until ~/resume"
         self.log.warning(f"~/stop: {response.message}")
         return response
@@ -287,6 +302,31 @@ def _state_topic_clash(node: Any, arm: Any) -> str:
     return ""
 
 
+def _home_unless_interrupted(safety: Any, context: Any) -> bool:
+    """Home (seconds of a blocking move) in a thread while this one watches for SIGINT / SIGTERM, which
+    shut ROS down: then the arm is stopped at once (cutting the move) rather than once home. Returns
+    False when interrupted; raises what homing raised."""
+    failed: list[BaseException] = []
+
+    def home() -> None:
+        try:
+            safety.home()
+        except BaseException as e:  # noqa: BLE001  handed to the caller
+            failed.append(e)
+
+    homing = threading.Thread(target=home, name="bridge-home", daemon=True)
+    homing.start()
+    while homing.is_alive():
+        homing.join(0.05)
+        if not context.ok():
+            safety.stop()
+            homing.join(10.0)
+            return False
+    if failed:
+        raise failed[0]
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     rclpy = require_module("rclpy", extra="ros")
     from rclpy.executors import MultiThreadedExecutor
@@ -321,8 +361,9 @@ def main(argv: list[str] | None = None) -> int:
         try:
             arm.connect()
             safety = SafetyLayer(arm, limits)
-            if p["home_on_start"]:
-                safety.home()
+            if p["home_on_start"] and not _home_unless_interrupted(safety, node.context):
+                logging.getLogger("franka_bridge").warning("SIGINT / SIGTERM while homing at start: stopped the arm")
+                return 0
             bridge = Bridge(node, safety, control_period_s=p["control_period_s"], state_rate_hz=p["state_rate_hz"],
                             base_frame=p["base_frame"])
         except Exception as e:  # noqa: BLE001  unreachable robot, bad setup: say so and exit
@@ -330,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         log.info(f"bridging {arm}{' (dry run: nothing moves)' if limits.dry_run else ''}; one action per "
                  f"{p['control_period_s']} s")
-        spin(node, MultiThreadedExecutor(num_threads=3))
+        spin(node, MultiThreadedExecutor(num_threads=EXECUTOR_THREADS))
         return 0
     finally:
         if bridge is not None:

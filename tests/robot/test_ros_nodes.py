@@ -654,3 +654,70 @@ def test_sigterm_stops_every_node_process(graph):
         with pytest.raises(ProcessLookupError):
             os.kill(proc.pid, 0)
     assert "stopped FrankyArm(" in log_text(graph, "franka_bridge")
+
+
+@needs_rclpy
+@pytest.mark.slow
+def test_stop_cuts_homing_and_a_chunk_sent_while_homing_is_never_run(franky_sim):
+    """The bridge in this process over franky-sim, homing slowly (5 % dynamics) to the twin's rest pose:
+    ``~/stop`` answers at once and the arm stops short of home (it waited for homing to end before:
+    one callback group held both services); a chunk that arrives while homing (planned from an arm on
+    its way) is dropped, not run once homing ends."""
+    from franky_sim_server import connected_layer
+    from std_msgs.msg import Float32MultiArray
+    from std_srvs.srv import Trigger
+
+    from real_robot.nodes.bridge_node import EXECUTOR_THREADS, Bridge
+    from real_robot.nodes.common import ACTION_CHUNK_TOPIC, ACTION_SENT_TOPIC, CHUNK_LABELS, array_msg
+    from vla_envs.backends.franka.twin import TWIN_REST_JOINT_POSITIONS_RAD
+
+    os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))  # not the realtime priority franky left here
+    context = rclpy.Context()
+    rclpy.init(context=context, domain_id=DOMAIN_ID, signal_handler_options=rclpy.signals.SignalHandlerOptions.NO)
+    node = rclpy.create_node("franka_bridge", namespace="/homing_test", context=context)
+    caller = rclpy.create_node("caller", namespace="/homing_test", context=context)
+    sent: list[float] = []
+    caller.create_subscription(Float32MultiArray, ACTION_SENT_TOPIC, lambda msg: sent.append(time.monotonic()), 10)
+    chunks = caller.create_publisher(Float32MultiArray, ACTION_CHUNK_TOPIC, 10)
+    executor = rclpy.executors.MultiThreadedExecutor(num_threads=EXECUTOR_THREADS + 1, context=context)
+    executor.add_node(caller)
+
+    def call(name):
+        client = caller.create_client(Trigger, f"/homing_test/franka_bridge/{name}")
+        assert client.wait_for_service(timeout_sec=DISCOVERY_TIMEOUT_S)
+        return client.call_async(Trigger.Request())
+
+    with connected_layer(franky_sim, {"relative_dynamics_factor": 0.05},
+                         home_joint_positions_rad=TWIN_REST_JOINT_POSITIONS_RAD) as layer:
+        bridge = Bridge(node, layer, control_period_s=0.2, state_rate_hz=20.0, base_frame="base")
+        executor.add_node(node)
+        spinner = threading.Thread(target=executor.spin, daemon=True)
+        spinner.start()
+        try:
+            far_rad = np.abs(layer.observation().joint_positions_rad - TWIN_REST_JOINT_POSITIONS_RAD).max()
+            assert far_rad > 0.3  # homing takes seconds from here
+            homing = call("home")
+            time.sleep(1.0)
+            asked_s = time.monotonic()
+            stopping = call("stop")
+            wait_until(stopping.done, 10.0, "~/stop to answer")
+            assert time.monotonic() - asked_s < 1.5 and not homing.done() or not homing.result().success
+            wait_until(homing.done, 10.0, "~/home to answer")
+            assert not homing.result().success  # cut by the stop
+            time.sleep(0.5)
+            left_rad = np.abs(layer.observation().joint_positions_rad - TWIN_REST_JOINT_POSITIONS_RAD).max()
+            assert left_rad > 0.05, left_rad  # stopped short of home
+            wait_until(call("resume").done, 10.0, "~/resume to answer")
+
+            homing = call("home")
+            time.sleep(0.5)
+            wait_until(lambda: chunks.get_subscription_count() > 0, DISCOVERY_TIMEOUT_S, "the bridge's subscription")
+            chunks.publish(array_msg(np.array([[0.1, 0, 0, 0, 0, 0, -1]] * 2, np.float32), CHUNK_LABELS))
+            wait_until(homing.done, 60.0, "homing to end")
+            assert homing.result().success, homing.result().message
+            time.sleep(1.0)
+            assert sent == []  # the chunk that came while homing never ran
+        finally:
+            bridge.close()
+            executor.shutdown()
+            context.try_shutdown()

@@ -236,3 +236,18 @@ def test_a_watchdog_firing_that_an_action_overtook_does_not_stop_it(layer_factor
         layer._on_watchdog()
         assert stops == [1]
         layer.arm.stop = type(layer.arm).stop.__get__(layer.arm)
+
+
+def test_a_stop_after_an_action_left_its_queue_wins_over_it(layer_factory, settled):
+    """A queue's consumer takes an action and its ``stop_count`` together; a stop between the take and
+    the send (another thread's, answered already) preempts it: nothing of it reaches the arm."""
+    with layer_factory(home=False, gripper_min_interval_s=0.0) as layer:
+        layer.open_gripper()
+        before = settled(layer)
+        taken = layer.stop_count
+        layer.stop()  # e.g. the ROS bridge's ~/stop, between the take and the send
+        sent = layer.send_action([0.2, 0, 0, 0, 0, 0, 1], stops_since=taken)
+        assert sent.preempted and not sent.gripper_changed and np.linalg.norm(sent.translation_m) == 0
+        np.testing.assert_allclose(settled(layer), before, atol=TRACKING_TOLERANCE_M)
+        assert layer.observation().gripper_width_m > 0.07  # still open
+        assert not layer.send_action([0.2, 0, 0, 0, 0, 0, -1], stops_since=layer.stop_count).preempted
