@@ -6,7 +6,8 @@ specs that ``franka-eval --ros`` starts without the ROS 2 CLI (``vla_trainer.dep
         safety_limits_file:=cell_limits.yaml dry_run:=true python:=$HOME/vla-rl/.venv/bin/python
 
 Arguments: ``vla_trainer.deploy.ros_graph.LAUNCH_ARGUMENTS`` (checkpoint, robot_ip, instruction, camera_serial
-or playback_file, camera_crop, camera_file, safety_limits_file, dry_run, python). Each node runs as
+or playback_file, camera_crop, camera_file, safety_limits_file, dry_run, home_on_start, relative_dynamics_factor,
+device, python). Each node runs as
 ``python -m <module> --ros-args ...``, with ``python`` the interpreter that has the project and rclpy.
 
 ``launch`` and ``launch_ros`` are imported inside ``generate_launch_description`` so that this file

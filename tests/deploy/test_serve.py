@@ -274,3 +274,30 @@ def test_a_model_with_several_action_statistics_acts_with_its_runs_set(tmp_path)
     assert unnorm_key(argparse.Namespace(unnorm_key=None, recipe_unnorm_key="libero"), bare, model) is None
     with pytest.raises(UnknownUnnormKeyError, match="pass unnorm_key"):
         PolicyService(bare)  # a bare folder with several sets: which one is the user's to say
+
+
+@pytest.mark.reliability(fault='clients that connect and send nothing, or stop mid-frame', cases=2,
+                         outcome='closed after idle_timeout_s; the server keeps at most max_connections')
+def test_silent_clients_are_closed_and_connections_are_bounded(service):
+    srv = PolicyServer(service, port=0, idle_timeout_s=0.5, max_connections=2)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    address = ("127.0.0.1", srv.server_address[1])
+    try:
+        silent = socket.create_connection(address)
+        half = socket.create_connection(address)
+        half.sendall(struct.pack(">I", 1000) + b"x" * 10)  # announces 1000 bytes, sends 10, stops
+        third = socket.create_connection(address)  # over max_connections: an error, then closed
+        third.settimeout(5.0)
+        header, _ = decode(read_frame(third))
+        assert header["type"] == "error" and "serves 2 connections at a time" in header["message"]
+        for sock in (silent, half):  # the server closes both after 0.5 s of silence
+            sock.settimeout(5.0)
+            assert sock.recv(1) == b""
+        image, state = _obs()
+        with PolicyClient(port=address[1]) as client:  # their slots are free again
+            assert client.act(image, "put corn on plate", state).shape == (8, 7)
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        for sock in (silent, half, third):
+            sock.close()

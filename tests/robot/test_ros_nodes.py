@@ -333,6 +333,24 @@ def test_launch_file_builds_one_node_per_spec_entry(monkeypatch, tmp_path):
     assert bridge["parameters"][0]["dry_run"] is True and bridge["parameters"][0]["robot_ip"] == "172.16.0.2"
 
 
+def test_ros2_launch_and_franka_eval_ros_give_the_nodes_the_same_parameters():
+    """The launched graph started acting from wherever the arm was (home_on_start false there, true in
+    franka-eval --ros): one command line, two graphs."""
+    from vla_trainer.deploy.franka_eval import parse_args, ros_specs
+
+    given = dict(checkpoint="ckpt", robot_ip="172.16.0.2", instruction="put carrot on plate",
+                 camera_serial="123622270136")
+    launched = ros_graph.graph_from_launch_arguments(given)
+    args = parse_args(["--checkpoint", "ckpt", "--robot-ip", "172.16.0.2", "--camera-serial", "123622270136",
+                       "--instruction", "put carrot on plate", "--ros"])
+    started = ros_specs(args, None)
+    assert [s.name for s in launched] == [s.name for s in started]
+    for a, b in zip(launched, started):
+        assert (a.parameters, a.remappings) == (b.parameters, b.remappings), a.name
+    with pytest.raises(ValueError, match="relative_dynamics_factor:='2': a number in"):
+        ros_graph.graph_from_launch_arguments({**given, "relative_dynamics_factor": "2"})
+
+
 # ----- the nodes over ROS 2 ----------------------------------------------------------------------------
 
 class Observer:

@@ -309,20 +309,28 @@ def main(argv: list[str] | None = None) -> int:
     return status
 
 
+def ros_specs(args, crop) -> list:
+    """The camera, policy and bridge node specs of ``--ros`` (what ``ros2 launch`` builds from the same
+    values: ``vla_trainer.deploy.ros_graph.graph_from_launch_arguments``)."""
+    from vla_trainer.deploy.ros_graph import franka_eval_graph
+
+    return franka_eval_graph(
+        checkpoint=str(args.checkpoint), robot_ip=args.robot_ip or "", ros_arm_file=str(args.ros_arm or ""),
+        instruction=args.instruction,
+        camera_serial=args.camera_serial or "", playback_file=args.playback or "", camera_crop=crop,
+        camera_file=str(args.camera_file or ""), safety_limits_file=str(args.safety_limits or ""),
+        dry_run=args.dry_run, relative_dynamics_factor=args.relative_dynamics,
+        ignore_realtime=args.ignore_realtime, home_on_start=True)
+
+
 def run_ros(args, crop) -> int:
     """``--ros``: the camera, policy and bridge nodes from ``vla_trainer.deploy.ros_graph``, started
     without the ROS 2 CLI and supervised: a node that exits stops the others (exit 1, named);
     Ctrl-C / SIGTERM / ``--ros-seconds`` stop them all (the bridge stops the arm)."""
-    from vla_trainer.deploy.ros_graph import franka_eval_graph, local_ros_env, start_nodes, stop_nodes
+    from vla_trainer.deploy.ros_graph import local_ros_env, start_nodes, stop_nodes
 
     try:
-        specs = franka_eval_graph(
-            checkpoint=str(args.checkpoint), robot_ip=args.robot_ip or "", ros_arm_file=str(args.ros_arm or ""),
-            instruction=args.instruction,
-            camera_serial=args.camera_serial or "", playback_file=args.playback or "", camera_crop=crop,
-            camera_file=str(args.camera_file or ""), safety_limits_file=str(args.safety_limits or ""),
-            dry_run=args.dry_run, relative_dynamics_factor=args.relative_dynamics,
-            ignore_realtime=args.ignore_realtime, home_on_start=True)
+        specs = ros_specs(args, crop)
         env = local_ros_env(args.ros_domain_id)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)

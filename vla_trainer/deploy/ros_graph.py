@@ -50,6 +50,10 @@ LAUNCH_ARGUMENTS: dict[str, tuple[str | None, str]] = {
     "camera_file": ("", "the twin's camera file (its resolution is streamed); empty: the default one"),
     "safety_limits_file": ("", "SafetyLimits as YAML or JSON; empty: the conservative defaults"),
     "dry_run": ("false", "true: log every command, move nothing"),
+    "home_on_start": ("true", "move to the twin's rest pose once connected, where every twin episode starts "
+                              "(as franka-eval --ros does)"),
+    "relative_dynamics_factor": ("0.1", "fraction of the arm's max velocity, acceleration and jerk, in (0, 1]"),
+    "device": ("cpu", "the policy's torch device, e.g. cuda"),
     "python": ("python3", "the interpreter that runs the nodes: it must import the project and rclpy"),
 }
 """``ros2 launch`` arguments: name -> (default, None when required; description)."""
@@ -141,12 +145,20 @@ def graph_from_launch_arguments(values: Mapping[str, str]) -> list[NodeSpec]:
         crop = [int(v) for v in crop_text.split(",")] if crop_text else None
     except ValueError:
         raise ValueError(f"camera_crop:={get['camera_crop']!r}: left,top,right,bottom (integers)") from None
+    try:
+        speed = float(get["relative_dynamics_factor"])
+    except ValueError:
+        speed = float("nan")
+    if not 0.0 < speed <= 1.0:
+        raise ValueError(f"relative_dynamics_factor:={get['relative_dynamics_factor']!r}: a number in (0, 1]")
     return franka_eval_graph(checkpoint=get["checkpoint"] or "", robot_ip=get["robot_ip"] or "",
                              ros_arm_file=get["ros_arm_file"] or "",
                              instruction=get["instruction"] or "", camera_serial=get["camera_serial"] or "",
                              playback_file=get["playback_file"] or "", camera_crop=crop,
                              camera_file=get["camera_file"] or "", safety_limits_file=get["safety_limits_file"] or "",
-                             dry_run=_parse_bool("dry_run", get["dry_run"] or "false"))
+                             dry_run=_parse_bool("dry_run", get["dry_run"] or "false"),
+                             home_on_start=_parse_bool("home_on_start", get["home_on_start"] or "true"),
+                             relative_dynamics_factor=speed, device=get["device"] or "cpu")
 
 
 def camera_file_hw(path: str | Path) -> tuple[int, int]:

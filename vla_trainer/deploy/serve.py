@@ -37,6 +37,10 @@ import numpy as np
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 5555
 MAX_MESSAGE_BYTES = 16 * 2**20
+IDLE_TIMEOUT_S = 60.0
+"""A connection that sends nothing for this long (between or within frames) is closed."""
+MAX_CONNECTIONS = 16
+"""Connections served at once; more are answered with an error and closed."""
 """A 640x480 RGB frame is 0.9 MiB; nothing the robot sends comes near 16 MiB."""
 ALLOWED_DTYPES = ("uint8", "float32", "float64", "int64")
 MAX_INSTRUCTION_CHARS = 1000
@@ -252,25 +256,50 @@ class PolicyServer(socketserver.ThreadingTCPServer):
         host: address to bind; 127.0.0.1 (this machine only) unless told otherwise.
         port: TCP port; 0 picks a free one (``server.server_address[1]``).
         max_message_bytes: larger requests are refused before they are read.
+        idle_timeout_s: a connection silent this long is closed (its thread and buffer freed): a
+            client that connects and sends nothing, or stops half-way through a frame, holds nothing.
+        max_connections: connections served at once; one more is answered with an error and closed.
     """
 
     daemon_threads = True
     allow_reuse_address = True
 
     def __init__(self, service: PolicyService | None, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
-                 max_message_bytes: int = MAX_MESSAGE_BYTES):
+                 max_message_bytes: int = MAX_MESSAGE_BYTES, idle_timeout_s: float = IDLE_TIMEOUT_S,
+                 max_connections: int = MAX_CONNECTIONS):
         self.service, self.max_message_bytes = service, max_message_bytes
+        self.idle_timeout_s, self.max_connections = idle_timeout_s, max_connections
+        self._slots = threading.BoundedSemaphore(max_connections)
         super().__init__((host, port), _Handler)
+
+
+    def process_request(self, request: socket.socket, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            try:
+                request.sendall(encode({"type": "error", "message": f"the server serves {self.max_connections} "
+                                        "connections at a time; close one or try again later"}))
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request: socket.socket, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
 
 
 class _Handler(socketserver.BaseRequestHandler):
     def handle(self) -> None:
         server: PolicyServer = self.server  # type: ignore[assignment]
+        self.request.settimeout(server.idle_timeout_s)
         while True:
             try:
                 header, arrays = decode(read_frame(self.request, server.max_message_bytes))
                 reply = _answer(server.service, header, arrays)
-            except ConnectionError:
+            except (ConnectionError, TimeoutError):  # gone, or silent for idle_timeout_s: free its thread
                 return
             except ProtocolError as e:  # the stream can no longer be trusted: answer, then close
                 self.request.sendall(encode({"type": "error", "message": str(e)}))
