@@ -98,7 +98,11 @@ def run_episodes(args: argparse.Namespace, recorder_folder: Path | None = None) 
     env = gym.make(args.env_id, num_envs=args.num_envs, **kwargs)
     base = env
     if args.video:
-        env = RecordVideo(env, args.video, fps=args.fps)
+        try:
+            env = RecordVideo(env, args.video, fps=args.fps)
+        except BaseException:  # its folder cannot be made: the workers go too
+            base.close()
+            raise
     rng = np.random.default_rng(args.seed)
     chunk = 1 if expert is not None else args.chunk  # a closed-loop expert re-plans every step
     recorder = (EpisodeRecorder(recorder_folder, args.num_envs, args.env_id, getattr(base, "asset_pack", None),
@@ -314,6 +318,9 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except (VlaEnvError, ValueError, json.JSONDecodeError, FileExistsError) as e:
         print(f"vla-envs: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # a path that cannot be written (--video, --out): named, no traceback
+        print(f"vla-envs: error: {e.strerror or e}: {e.filename or ''}".rstrip(": "), file=sys.stderr)
         return 2
 
 

@@ -79,7 +79,9 @@ def check_cuda() -> Check:
                  "only for GPU physics and GPU training: an NVIDIA driver and a CUDA build of torch")
 
 
-def check_physx() -> Check:
+def check_physx(cuda: bool = False) -> Check:
+    """The PhysX GPU library: missing where CUDA is (sim_backend='auto' picks 'physx_cuda' there),
+    absent (optional) elsewhere."""
     if not _installed("sapien"):
         return Check("PhysX GPU library", "absent", "sapien is not installed", "bash scripts/setup.sh maniskill")
     from vla_envs.backends.maniskill.physx import physx_library_status
@@ -87,7 +89,10 @@ def check_physx() -> Check:
     present, path = physx_library_status()
     if present:
         return Check("PhysX GPU library", "ok", str(path))
-    return Check("PhysX GPU library", "absent", f"{path} is not there (needed only for sim_backend='physx_cuda')",
+    what = "is truncated" if path.is_file() else "is missing"
+    needed = ("sim_backend='auto' picks 'physx_cuda' on this CUDA machine" if cuda
+              else "needed only for sim_backend='physx_cuda'")
+    return Check("PhysX GPU library", "missing" if cuda else "absent", f"{path} {what} ({needed})",
                  "vla-envs fetch-physx (on a machine with internet; --home DIR for a shared disk)")
 
 
@@ -144,7 +149,8 @@ def check_robot() -> list[Check]:
 
 
 def run_checks() -> list[Check]:
-    return [check_vulkan(), check_egl(), check_cuda(), check_physx(), *check_assets(), *check_robot()]
+    cuda = check_cuda()
+    return [check_vulkan(), check_egl(), cuda, check_physx(cuda=cuda.status == "ok"), *check_assets(), *check_robot()]
 
 
 def report(checks: list[Check]) -> str:

@@ -235,6 +235,16 @@ def test_out_of_range_actions_clip_by_default_or_raise():
         strict.step(a)
 
 
+@pytest.mark.parametrize("option, value", [("auto_reset", "false"), ("ignore_terminations", "false"),
+                                           ("use_fixed_reset_state_ids", "no"), ("skip_finished_actions", 0),
+                                           ("time_limit", True)])
+def test_a_true_or_false_option_given_anything_else_is_refused(option, value):
+    """From YAML or --env-kwargs a quoted "false" is a string, which bool() reads as True: it turned
+    ignore_terminations (or GRPO's fixed reset states) on."""
+    with pytest.raises(ValueError, match=f"{option}={value!r}"):
+        make(**{option: value})
+
+
 def test_misuse_errors():
     env = make()
     with pytest.raises(RuntimeError, match="reset"):

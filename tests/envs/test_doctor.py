@@ -36,6 +36,21 @@ def test_a_broken_vulkan_setup_is_missing_with_its_fix(capsys, monkeypatch):
     assert "mesa-vulkan-drivers" in captured.out and "missing: Vulkan" in captured.err
 
 
+@pytest.mark.maniskill
+def test_the_physx_library_is_named_truncated_and_missing_where_cuda_would_use_it(monkeypatch, tmp_path):
+    from vla_envs.backends.maniskill.physx import LIBRARY, physx_folder
+    from vla_envs.doctor import check_physx
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert check_physx().status == "absent" and "is missing" in check_physx().detail
+    cut = physx_folder() / LIBRARY
+    cut.parent.mkdir(parents=True)
+    cut.write_bytes(b"\0" * 100)  # what an interrupted download leaves
+    assert "is truncated" in check_physx().detail
+    on_gpu = check_physx(cuda=True)  # sim_backend='auto' would pick physx_cuda there
+    assert on_gpu.status == "missing" and "picks 'physx_cuda'" in on_gpu.detail
+
+
 def test_franky_sim_is_looked_for_where_the_setup_put_it(monkeypatch, tmp_path):
     pytest.importorskip("franky")
     from vla_envs.doctor import check_robot

@@ -202,3 +202,10 @@ def test_a_killed_maniskill_worker_is_replaced_and_its_episode_truncated(env):
     assert out.valid[0].all() and not out.truncated[0].any()
     obs, _ = env.reset(seed=3)  # the new worker simulates and renders like the old one
     assert obs["image"][1].std() > 5
+
+
+@pytest.mark.parametrize("image_size", ["128", -4, (64,), 64.0, (64, True)])
+def test_a_bad_image_size_is_refused_before_the_simulator_starts(image_size):
+    """It reached SAPIEN's camera constructor (a TypeError inside a worker): "128" as ('1', '2', '8')."""
+    with pytest.raises(ValueError, match="image_size=.*a side in pixels or \\(height, width\\)"):
+        gym.make("vla/PickCube-v1", num_envs=1, image_size=image_size)

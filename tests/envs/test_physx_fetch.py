@@ -90,3 +90,43 @@ def test_the_cli_fetches_and_list_reports_it(served, tmp_path, capsys, monkeypat
     assert "PhysX GPU library (sim_backend='physx_cuda'): present" in capsys.readouterr().out
     assert main(["fetch-physx", "--url", f"{url}/absent.zip"]) == 1
     assert "nothing was installed" in capsys.readouterr().err
+
+
+class _CutHandler(http.server.BaseHTTPRequestHandler):
+    """Sends the first 50,000 bytes of a good archive and hangs up: chunked (``/chunked``, which urllib
+    reports as http.client.IncompleteRead, no OSError) or with the whole length declared."""
+
+    body = b""
+
+    def do_GET(self) -> None:
+        part = self.body[:50_000]
+        self.send_response(200)
+        if self.path == "/chunked":
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))  # no terminating chunk
+        else:
+            self.send_header("Content-Length", str(len(self.body)))
+            self.end_headers()
+            self.wfile.write(part)
+        self.wfile.flush()
+        self.close_connection = True
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.mark.parametrize("path, message", [("/chunked", "IncompleteRead"), ("/declared", "truncated, 50000 of")])
+def test_a_download_cut_short_is_named_and_installs_nothing(tmp_path, capsys, monkeypatch, path, message):
+    _CutHandler.body = _zip({LIBRARY: PAYLOAD})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _CutHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv("HOME", str(tmp_path))
+        assert main(["fetch-physx", "--url", f"http://127.0.0.1:{server.server_address[1]}{path}"]) == 1
+        err = capsys.readouterr().err
+        assert message in err and "nothing was installed" in err and "Traceback" not in err
+        assert not physx_folder(tmp_path).exists()
+    finally:
+        server.shutdown()
+        server.server_close()

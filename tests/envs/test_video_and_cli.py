@@ -66,11 +66,14 @@ def test_the_overlay_counts_each_auto_reset_episode_from_its_first_step(tmp_path
     assert [f[2] for f in frames] == [v % 256 for v in images]
 
 
-@pytest.mark.parametrize("name, says", [("a.txt", "must end in .mp4"), ("folder.mp4", "is a folder")])
+@pytest.mark.parametrize("name, says", [("a.txt", "must end in .mp4"), ("folder.mp4", "is a folder"),
+                                        ("file/x.mp4", "is a file, not a folder"),
+                                        ("file/deeper/x.mp4", "is a file, not a folder")])
 def test_a_video_path_that_cannot_be_written_is_refused_before_the_rollout(tmp_path, capsys, name, says):
     from vla_trainer.cli.eval import main as eval_main
 
     (tmp_path / "folder.mp4").mkdir()
+    (tmp_path / "file").write_text("not a folder")
     video = str(tmp_path / name)
     with pytest.raises(SystemExit) as e:
         main(["rollout", "vla/PickCube-v1", "--video", video])

@@ -53,8 +53,10 @@ class ChunkVectorEnv(VectorEnv, gym.Env):
         backend: the simulator batch.
         auto_reset: reset envs whose episode ended (partial reset: only those envs). The final
             observation and info are kept in ``info["final_obs"]`` / ``info["final_info"]``
-            (Gymnasium's SAME_STEP convention). When False, a finished env stays finished
-            (its sub-steps are invalid, rewards 0) until ``reset`` is called for it.
+            (Gymnasium's SAME_STEP timing; ``final_obs`` is a dict of ``[N, ...]`` arrays whose rows
+            are valid where ``info["_final_obs"]``, not Gymnasium's per-env object array). When
+            False, a finished env stays finished (its sub-steps are invalid, rewards 0) until
+            ``reset`` is called for it.
         ignore_terminations: episodes end only at the time limit; ``terminated`` is always
             False and ``success_at_end`` tells whether the task was solved at the last step.
         chunk_reset: when an env finishes inside a chunk, ``"end_of_chunk"`` resets it after
@@ -117,6 +119,13 @@ class ChunkVectorEnv(VectorEnv, gym.Env):
             raise ValueError(
                 f"action_out_of_range={action_out_of_range!r}; allowed: 'clip', 'raise'"
             )
+        # true / false only: bool("false") is True, and these decide grouping and when episodes end
+        for name, value in (("auto_reset", auto_reset), ("ignore_terminations", ignore_terminations),
+                            ("use_fixed_reset_state_ids", use_fixed_reset_state_ids),
+                            ("skip_finished_actions", skip_finished_actions)):
+            if not isinstance(value, (bool, np.bool_)) and not (name == "skip_finished_actions" and value is None):
+                raise ValueError(f"{name}={value!r}; allowed: True or False"
+                                 + (" (or None: the backend's choice)" if name == "skip_finished_actions" else ""))
         if skip_finished_actions is None:
             skip_finished_actions = backend.can_skip_envs
         if skip_finished_actions and not backend.can_skip_envs:
@@ -131,7 +140,8 @@ class ChunkVectorEnv(VectorEnv, gym.Env):
         if not isinstance(first_env_index, (int, np.integer)) or first_env_index < 0 or first_env_index % group_size:
             raise ValueError(f"first_env_index={first_env_index!r} must be a non-negative multiple of "
                              f"group_size={group_size}")
-        if time_limit is not None and (not isinstance(time_limit, (int, np.integer)) or time_limit < 1):
+        if time_limit is not None and (not isinstance(time_limit, (int, np.integer)) or isinstance(time_limit, bool)
+                                       or time_limit < 1):
             raise ValueError(f"time_limit={time_limit!r} must be a positive integer (steps)")
 
         self.num_envs = n

@@ -54,13 +54,18 @@ def check_video_path(path: str | Path) -> Path:
     """``path`` as a Path if a video can be written there.
 
     Raises:
-        ValueError: it does not end in ``.mp4`` or is an existing folder.
+        ValueError: it does not end in ``.mp4``, is an existing folder, or lies under a file.
     """
     path = Path(path)
     if path.suffix.lower() != ".mp4":
         raise ValueError(f"video {str(path)!r}: the name must end in .mp4 (the video is H.264 in MP4)")
     if path.is_dir():
         raise ValueError(f"video {str(path)!r} is a folder; give a file name ending in .mp4")
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ValueError(f"video {str(path)!r} cannot be written: {parent} is a file, not a folder")
     return path
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+import numpy as np
+
 from vla_envs.core.vector_env import ChunkVectorEnv
 
 SIM_BACKENDS = ("auto", "physx_cpu", "physx_cuda")
@@ -74,7 +76,11 @@ def make_maniskill_vector_env(task: str, instruction: str | None, num_envs: int 
     if vectorization not in VECTORIZATIONS:
         raise ValueError(f"vectorization={vectorization!r}; allowed: {list(VECTORIZATIONS)}")
     image_hw = (image_size, image_size) if isinstance(image_size, int) else (
-        tuple(image_size) if image_size is not None else None)
+        tuple(image_size) if isinstance(image_size, (tuple, list)) else image_size)
+    if image_hw is not None and not (isinstance(image_hw, tuple) and len(image_hw) == 2 and all(
+            isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 1 for v in image_hw)):
+        raise ValueError(f"image_size={image_size!r}: a side in pixels or (height, width), each an integer >= 1 "
+                         "(None: the task's cameras)")
     backend_name = resolve_sim_backend(sim_backend)
     render = resolve_render_backend(render_backend)
     import_maniskill()  # fail here, with the install command, not inside a worker

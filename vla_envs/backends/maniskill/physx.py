@@ -13,6 +13,7 @@ writes it atomically, into any home folder (a cluster's shared disk, then linked
 
 from __future__ import annotations
 
+import http.client
 import os
 import platform
 import shutil
@@ -101,8 +102,11 @@ def fetch_physx(home: str | Path | None = None, url: str | None = None, version:
         try:
             with urllib.request.urlopen(url, timeout=timeout_s) as response, open(archive, "wb") as out:
                 shutil.copyfileobj(response, out)
-        except OSError as e:
-            raise RuntimeError(f"downloading {url} failed: {e}") from None
+                declared = response.headers.get("Content-Length")
+        except (OSError, http.client.HTTPException) as e:  # a cut chunked stream: IncompleteRead
+            raise RuntimeError(f"downloading {url} failed: {e!r}") from None
+        if declared is not None and declared.isdigit() and archive.stat().st_size != int(declared):
+            raise RuntimeError(f"downloading {url} failed: truncated, {archive.stat().st_size} of {declared} bytes")
         try:
             with zipfile.ZipFile(archive) as z:
                 bad = z.testzip()
