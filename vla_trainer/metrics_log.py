@@ -95,8 +95,21 @@ def _wandb_logged_in() -> bool:
 
 
 def read_metrics(run_dir: str | Path) -> list[dict]:
+    """The records of ``metrics.jsonl``. A last line that does not parse (a write cut by a crash or a
+    full disk) is left out with a warning; a bad line before the last is an error naming it."""
     path = Path(run_dir) / "metrics.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    if not path.exists():
+        return []
+    lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    records = []
+    for number, line in enumerate(lines, 1):
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            if number < len(lines):
+                raise ValueError(f"{path}: line {number} is not a JSON record ({e}); remove it to go on") from None
+            warnings.warn(f"{path}: its last line is cut off (a write interrupted); left out", stacklevel=2)
+    return records
 
 
 def success_curve(records: list[dict], out_png: str | Path, title: str = "") -> Path | None:

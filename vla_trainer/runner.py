@@ -70,16 +70,27 @@ def train(cfg: TrainConfig, run_dir: str | Path | None = None) -> TrainResult:
     run_dir = Path(run_dir or Path(cfg.runner.logger.log_path) / cfg.runner.logger.experiment_name)
     if run_dir.exists() and not run_dir.is_dir():
         raise ValueError(f"the run folder {run_dir} is a file; give a folder (--run-dir)")
+    try:  # before the envs and the model: a folder that cannot be made is said at once
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ValueError(f"the run folder {run_dir} cannot be made: {e.strerror or e} (--run-dir)") from None
     if (run_dir / "checkpoints").is_dir():  # a save killed between its two renames hid the checkpoint: put it back
         remove_leftovers(run_dir / "checkpoints")
     resume_from = resolve_resume(cfg.runner.resume_dir, run_dir) if cfg.runner.resume_dir else None
-    if resume_from is None and (earlier := latest_checkpoint(run_dir)) is not None:
-        # a new run there would overwrite the earlier run's records and, step by step, its checkpoints
+    earlier = latest_checkpoint(run_dir)
+    if earlier is not None and (resume_from is None or resume_from.resolve().parent != earlier.resolve().parent):
+        # a new run there, or another run's continuation, would mix its records and checkpoints with these
         raise ValueError(f"{run_dir} holds an earlier run (its latest checkpoint: {earlier.name}); continue it with "
-                         "runner.resume_dir=auto, or give a new folder (--run-dir)")
+                         "runner.resume_dir=auto, or give a new folder (--run-dir)"
+                         + (f" to continue {resume_from} in" if resume_from is not None else ""))
     state: dict = {"iteration": 0, "env_steps": 0, "wall_time_s": 0.0}
     if resume_from is not None:
         state = read_train_state(resume_from, cfg)
+        budget_s = None if cfg.runner.max_wall_minutes is None else 60 * cfg.runner.max_wall_minutes
+        if budget_s is not None and state["wall_time_s"] >= budget_s:  # spent: not one iteration more
+            print(f"run {run_dir}: runner.max_wall_minutes={cfg.runner.max_wall_minutes} was reached before "
+                  f"{resume_from.name} ({state['wall_time_s'] / 60:.1f} min trained); nothing to do", flush=True)
+            return TrainResult(run_dir, state["iteration"], state["env_steps"], None, resume_from)
 
     runtime = make_runtime(cfg, resume_from, state if resume_from else None)
     for key in ("optimizer", "update_gen", "torch_rng", "rollout_gen"):
@@ -116,7 +127,7 @@ def _loop(cfg: TrainConfig, run_dir: Path, runtime, state: dict, resume_from: Pa
     start_iter = state["iteration"]
     interval = cfg.runner.val_check_interval
     t_start = time.perf_counter() - state["wall_time_s"]
-    last_eval, ckpt = None, None
+    last_eval, ckpt = None, resume_from  # a finished run resumed trains nothing: its checkpoint stands
     # a wall-time budget usually ends the run first: then an iteration count is all the bar can show
     total = cfg.runner.max_epochs if cfg.runner.max_wall_minutes is None else None
     iterations = range(start_iter, cfg.runner.max_epochs)

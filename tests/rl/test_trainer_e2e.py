@@ -153,6 +153,20 @@ def test_resume_continues_exactly_and_refuses_another_config(tmp_path):
     shutil.copytree(tmp_path / "a", tmp_path / "c", ignore=shutil.ignore_patterns("checkpoints"))
     again = train(load_config("cpu_ppo_tiny_put_on_plate", [*base, "runner.max_epochs=1"]), run_dir=tmp_path / "c")
     assert [r["iteration"] for r in read_metrics(again.run_dir)] == [1]
+    # another run's checkpoint continued in a folder that holds a run would mix the two: refused
+    other = again.run_dir / "checkpoints" / "iter_000001"
+    with pytest.raises(ValueError, match=r"holds an earlier run .* to continue .*iter_000001 in"):
+        train(load_config("cpu_ppo_tiny_put_on_plate", [*base, f"runner.resume_dir={other}"]), run_dir=tmp_path / "a")
+    # a wall-time budget already spent: resuming trains (and saves) nothing more
+    spent = train(load_config("cpu_ppo_tiny_put_on_plate", [*base, "runner.max_epochs=3", "runner.resume_dir=auto",
+                                                            "runner.max_wall_minutes=1e-6"]), run_dir=tmp_path / "a")
+    assert spent.iterations == 2 and spent.checkpoint.name == "iter_000002"
+    assert sorted(p.name for p in (tmp_path / "a" / "checkpoints").glob("iter_*")) == ["iter_000001", "iter_000002"]
+    # a record cut by a crash (the last line half-written) is left out, not a resume-stopping error
+    with open(tmp_path / "a" / "metrics.jsonl", "a") as f:
+        f.write('{"iteration": 3, "env_st')
+    with pytest.warns(UserWarning, match="its last line is cut off"):
+        assert [r["iteration"] for r in read_metrics(tmp_path / "a")] == [1, 2]
 
 
 def test_cli_errors_name_the_key_and_print_config(capsys, tmp_path):
@@ -181,6 +195,16 @@ def test_cli_errors_name_the_key_and_print_config(capsys, tmp_path):
         assert vla_train(["--config", "cpu_ppo_tiny_put_on_plate", "--run-dir", str(tmp_path / "r"), *args]) == 2
         assert says in capsys.readouterr().err
     assert a_file.read_text() == "x"
+    # a run folder under a file: named before anything is built, no traceback
+    assert vla_train(["--config", "cpu_ppo_tiny_put_on_plate", "--run-dir", str(a_file / "sub")]) == 2
+    assert f"the run folder {a_file / 'sub'} cannot be made" in capsys.readouterr().err
+    # overrides on both sides of an option: all taken (the ones after it were "unrecognized arguments")
+    assert vla_train(["--config", "cpu_ppo_tiny_put_on_plate", "runner.max_epochs=1", "--run-dir",
+                      str(tmp_path / "r"), *bad]) == 2
+    assert "actor.global_batch_size" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        vla_train(["--config", "cpu_ppo_tiny_put_on_plate", "--run-dir", str(tmp_path / "r"), "--bogus"])
+    assert "unrecognized arguments: --bogus" in capsys.readouterr().err
 
 
 def test_lora_trains_only_adapters_and_value_head_and_resumes(tmp_path, capsys):

@@ -463,7 +463,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if argv and argv[0] not in SUBCOMMANDS and argv[0] not in ("-h", "--help"):
         argv.insert(0, "rl")  # `vla-train --config X` is `vla-train rl --config X`
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    # key=value overrides may stand on either side of an option (`X=1 --run-dir D Y=2`); argparse
+    # fills a positional list once, so the ones after an option come back unrecognised
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        if isinstance(getattr(args, "overrides", None), list) and all(
+                "=" in x and not x.startswith("-") for x in extra):
+            args.overrides += extra
+        else:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
     return args.func(args)
 
 
