@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def generate_launch_description():
     from launch import LaunchDescription
-    from launch.actions import DeclareLaunchArgument, OpaqueFunction
+    from launch.actions import DeclareLaunchArgument, OpaqueFunction, Shutdown
     from launch.substitutions import LaunchConfiguration
     from launch_ros.actions import Node
 
@@ -37,8 +37,11 @@ def generate_launch_description():
     def nodes(context, *args, **kwargs):
         values = {name: LaunchConfiguration(name).perform(context) for name in LAUNCH_ARGUMENTS}
         python = values.pop("python")
+        # a node that ends ends the graph (as franka-eval --ros does): the bridge then stops the arm,
+        # rather than idle beside a dead policy or camera
         return [Node(executable=python, arguments=["-m", spec.module], name=spec.name,
-                     parameters=[dict(spec.parameters)], remappings=list(spec.remappings), output="screen")
+                     parameters=[dict(spec.parameters)], remappings=list(spec.remappings), output="screen",
+                     on_exit=Shutdown(reason=f"the {spec.name} node exited"))
                 for spec in graph_from_launch_arguments(values)]
 
     declared = []

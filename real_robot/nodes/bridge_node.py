@@ -21,7 +21,7 @@ the node logs it and drops the chunk (and what was left of the previous one). A 
 the arm as well.
 
 Services (``std_srvs/Trigger``): ``~/home`` (drop the queue and stop, recover from a reflex, move to
-the home joints; chunks that arrive meanwhile are dropped), ``~/stop`` (drop the queue, stop the arm,
+the home joints and open the gripper, as a twin episode starts; chunks that arrive meanwhile are dropped), ``~/stop`` (drop the queue, stop the arm,
 drop every chunk until ``~/resume``; answered at once, also while homing, which it cuts short),
 ``~/resume``. An action taken from the queue before a ``~/stop`` is not sent after it.
 
@@ -245,6 +245,7 @@ class Bridge:
             if not self.safety.limits.dry_run:
                 self.safety.recover()  # after a reflex the arm takes no motion until recovered
             self.safety.home()
+            self.safety.open_gripper()  # as every twin episode starts: at rest, the gripper open
             response.success, response.message = True, f"at {self.safety.limits.home_joint_positions_rad}" + (
                 " (dry run: not moved)" if self.safety.limits.dry_run else "")
         except Exception as e:  # noqa: BLE001  reported to the caller
@@ -311,6 +312,7 @@ def _home_unless_interrupted(safety: Any, context: Any) -> bool:
     def home() -> None:
         try:
             safety.home()
+            safety.open_gripper()
         except BaseException as e:  # noqa: BLE001  handed to the caller
             failed.append(e)
 

@@ -294,6 +294,7 @@ def fake_launch_packages():
         self, "entities", list(entities))})
     launch.actions = types.ModuleType("launch.actions")
     launch.actions.DeclareLaunchArgument = record("DeclareLaunchArgument")
+    launch.actions.Shutdown = record("Shutdown")
     launch.actions.OpaqueFunction = type("OpaqueFunction", (), {"__init__": lambda self, *, function: setattr(
         self, "function", function)})
     launch.substitutions = types.ModuleType("launch.substitutions")
@@ -327,6 +328,7 @@ def test_launch_file_builds_one_node_per_spec_entry(monkeypatch, tmp_path):
         assert node.kwargs["name"] == spec.name
         assert node.kwargs["parameters"] == [spec.parameters]
         assert node.kwargs["remappings"] == list(spec.remappings)
+        assert type(node.kwargs["on_exit"]).__name__ == "Shutdown"  # one node's end ends the graph
     policy, bridge = nodes[1].kwargs, nodes[2].kwargs
     assert policy["parameters"][0]["camera_crop"] == [190, 80, 460, 350]
     assert policy["remappings"] == [("image", "camera/color/image_raw")]
