@@ -291,3 +291,20 @@ def test_a_corrupt_checkpoint_is_refused_naming_the_file(damage, two_checkpoints
     assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
     # the run's other checkpoint is whole and resumes
     assert read_train_state(run / "checkpoints" / "iter_000001", cfg)["iteration"] == 1
+
+
+def test_a_checkpoint_from_before_a_setting_existed_resumes_while_it_holds_its_default(tmp_path):
+    """A setting added to the trainer after a checkpoint was written is absent from its config: at its
+    default (how the run trained) the resume goes on; set to anything else it is a config change."""
+    from vla_trainer.checkpoint import check_resumable, fingerprint
+    from vla_trainer.config import to_dict
+
+    now = fingerprint(to_dict(load_config("cpu_grpo_tiny_put_on_plate")))
+    older = {k: v for k, v in now.items() if k != "algorithm.bc_coef"}  # as if bc_coef came later
+    check_resumable(older, now, tmp_path)
+    changed = fingerprint(to_dict(load_config("cpu_grpo_tiny_put_on_plate", ["algorithm.bc_coef=0.5",
+                                                                             "algorithm.bc_demo_dirs=[d]"])))
+    with pytest.raises(ValueError, match=r"algorithm.bc_coef: checkpoint '<absent>' vs now 0.5"):
+        check_resumable(older, changed, tmp_path)
+    with pytest.raises(ValueError, match=r"algorithm.group_size"):  # a key both hold, changed: refused as ever
+        check_resumable(now, {**now, "algorithm.group_size": now["algorithm.group_size"] + 1}, tmp_path)

@@ -112,10 +112,20 @@ def read_train_state(checkpoint: Path, cfg: TrainConfig) -> dict:
 
 
 def check_resumable(saved_flat: dict, current_flat: dict, where: Path) -> None:
-    """Raises ValueError listing the keys whose values differ from the checkpoint's config."""
+    """Raises ValueError listing the keys whose values differ from the checkpoint's config. A key the
+    checkpoint's config lacks (a setting added to the trainer since it was written) passes while it
+    holds its default: the run trained without it, as the default behaves."""
+    defaults = fingerprint(to_dict(TrainConfig()))
+    missing = object()
+
+    def differs(key: str) -> bool:
+        if key not in saved_flat and key in current_flat:
+            return current_flat[key] != defaults.get(key, missing)
+        return saved_flat.get(key, missing) != current_flat.get(key, missing)
+
     keys = sorted(set(saved_flat) | set(current_flat))
     diff = [f"{k}: checkpoint {saved_flat.get(k, '<absent>')!r} vs now {current_flat.get(k, '<absent>')!r}"
-            for k in keys if saved_flat.get(k) != current_flat.get(k)]
+            for k in keys if differs(k)]
     if diff:
         raise ValueError(f"cannot resume from {where}: it was written by another config; differing keys:\n  "
                          + "\n  ".join(diff) + "\n(only " + ", ".join(RESUMABLE_CHANGES) + " may change)")
