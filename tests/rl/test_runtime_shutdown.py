@@ -51,10 +51,13 @@ def test_ctrl_c_or_sigterm_stops_a_ray_run_and_leaves_no_process(tmp_path, stop)
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.time() + 300
-        while _iterations(run) < 1 and proc.poll() is None and time.time() < deadline:
+        latest_file = run / "checkpoints" / "latest"
+        # the first checkpoint, not only the first record: an iteration's record is logged before its
+        # checkpoint is saved, and a stop between the two leaves no checkpoint to check
+        while not latest_file.exists() and proc.poll() is None and time.time() < deadline:
             time.sleep(0.5)
         assert proc.poll() is None, proc.stdout.read()
-        assert _iterations(run) >= 1, "no iteration finished in 300 s"
+        assert _iterations(run) >= 1 and latest_file.exists(), "no iteration checkpointed in 300 s"
         family = psutil.Process(proc.pid).children(recursive=True)
         assert any("raylet" in " ".join(p.cmdline()) for p in family), "no Ray started by the run"
         if stop == "ctrl_c":
