@@ -204,7 +204,7 @@ def same_settings(a: dict, b: dict, names: tuple[str, str] = ("baseline", "polic
             return f"settings: not recorded in the {name}'s eval.json, so not known to be the same"
     differ = [f"{key} {a[key]!r} vs {b[key]!r}" for key in SETTINGS if a[key] != b[key]]
     if not differ:
-        return "settings: the same env options, asset pack, episode end and start in both"
+        return "settings: the same env options, asset pack, episode end, step limit and start in both"
     return f"settings: NOT the same ({'; '.join(differ)}): not a like-for-like comparison"
 
 
