@@ -198,7 +198,8 @@ SETTINGS = ("env_kwargs", "asset_pack", "terminate", "max_episode_steps", "exper
 
 def same_settings(a: dict, b: dict, names: tuple[str, str] = ("baseline", "policy")) -> str:
     """One line saying whether two evaluation rows ran with the same env options, asset pack, episode
-    end and start (``SETTINGS``): the same initial state ids under other options are other episodes."""
+    end, step limit and start (``SETTINGS``): the same initial state ids under other options are other
+    episodes."""
     for row, name in ((a, names[0]), (b, names[1])):
         if any(key not in row for key in SETTINGS):
             return f"settings: not recorded in the {name}'s eval.json, so not known to be the same"
