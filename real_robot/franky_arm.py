@@ -188,7 +188,7 @@ class FrankyArm(Arm):
         # move; collect it here so that a stop is not an error. A real fault stays in has_errors.
         try:
             robot.join_motion(1.0)
-        except franky.ControlException:
+        except (franky.ControlException, franky.CommandException, franky.ProtocolException):
             pass
 
     @requires_connection
@@ -226,6 +226,13 @@ class FrankyArm(Arm):
             self._robot.move(motion, asynchronous=not wait)
         except franky.ControlException as e:
             raise MotionError(f"{self} aborted {what}: {e}; call recover() before the next motion") from e
+        except (franky.CommandException, franky.ProtocolException) as e:
+            # refused, or ended out of protocol (the robot reported a motion finished that the client
+            # still ran): the arm holds still; libfranka's error recovery clears it
+            raise MotionError(f"{self} refused {what} or ended it unexpectedly ({type(e).__name__}: {e}); "
+                              f"call recover() before the next motion") from e
+        except franky.NetworkException as e:
+            raise RobotUnreachableError(f"{self} lost its connection during {what}: {e}") from e
         except RuntimeError as e:  # franky's trajectory planner (ruckig) refusing the motion
             raise MotionError(f"{self} could not plan {what}: {e}") from e
         if wait:

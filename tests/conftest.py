@@ -117,6 +117,18 @@ def pytest_runtest_teardown(item, nextitem):
         _franky_sim.close()  # idle, the server takes a quarter core for the rest of the suite
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed test of the franky-sim server shows the end of the server's log in its report."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed and "franky_sim" in getattr(item, "fixturenames", ()):
+        from franky_sim_server import SERVERS, server_log_tail
+
+        for host in SERVERS:
+            report.sections.append((f"franky-sim {host}: the end of its log", server_log_tail(host)))
+
+
 @pytest.fixture(scope="session")
 def franky_sim(tmp_path_factory):
     """One franky-sim server for the robot and calibration tests; yields its address. Stopped

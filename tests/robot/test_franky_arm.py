@@ -132,6 +132,36 @@ def test_stop_aborts_a_running_step_and_recover_makes_the_arm_usable(layer_facto
         np.testing.assert_allclose(layer.observation().tcp_position_m - stopped, [0, 0.02, 0], atol=0.002)
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds the server's UDP port in /proc")
+def test_a_motion_the_robot_ends_out_of_protocol_is_a_motion_error_that_recover_clears(franky_sim, layer_factory):
+    """A motion the server reports finished while franky still runs it (as a stray "finished" command
+    packet makes it do) raises libfranka's ProtocolException mid-move: it comes out as a MotionError
+    naming recover(), not a raw franky exception, and after recover() the arm moves again."""
+    from franky_sim_server import send_motion_finished, server_udp_ports
+    from vla_envs.backends.franka.twin import TWIN_REST_JOINT_POSITIONS_RAD
+
+    # no gripper: the robot's connection is then the server's only UDP socket
+    with layer_factory({"gripper": False, "relative_dynamics_factor": 0.05},
+                       home_joint_positions_rad=TWIN_REST_JOINT_POSITIONS_RAD) as layer:
+        (port,) = server_udp_ports(franky_sim)
+
+        def end_once_moving() -> None:
+            robot, deadline = layer.arm._robot, time.monotonic() + 5.0
+            while time.monotonic() < deadline and not robot.is_in_control:
+                time.sleep(0.002)
+            time.sleep(0.2)
+            send_motion_finished(franky_sim, port)
+
+        ender = threading.Thread(target=end_once_moving)
+        ender.start()
+        with pytest.raises(MotionError, match=r"ProtocolException.*call recover\(\)"):
+            layer.home()  # seconds at 5 % dynamics
+        ender.join()
+        assert layer.recover() is True
+        layer.home()
+        np.testing.assert_allclose(layer.observation().joint_positions_rad, TWIN_REST_JOINT_POSITIONS_RAD, atol=0.01)
+
+
 def test_closed_port_fails_fast_naming_the_address(free_address):
     arm = FrankyArm(FrankyArmConfig(robot_ip=free_address, ignore_realtime=True))
     start = time.monotonic()

@@ -662,6 +662,8 @@ def test_a_policy_node_refuses_its_checkpoints_crop_on_a_camera_of_another_resol
 
 
 def test_sigterm_stops_every_node_process(graph):
+    obs = graph.observer  # both nodes up (run alone, this test would otherwise signal them mid-start)
+    wait_until(lambda: obs.received("ready") and obs.received("image"), 60.0, "the bridge and the camera to publish")
     procs = dict(graph.procs)
     for name, proc in procs.items():
         assert proc.poll() is None, f"{name} exited early:\n{log_text(graph, name)}"
