@@ -29,11 +29,11 @@ from tqdm import tqdm
 from vla_trainer.algorithms import explained_variance
 from vla_trainer.build import rollout_key
 from vla_trainer.checkpoint import (latest_checkpoint, read_train_state, remove_leftovers, resolve_resume,
-                                    write_text_atomic)
+                                    run_folder_lock, write_text_atomic)
 from vla_trainer.config import check_batch_sizes, to_dict, to_yaml
 from vla_trainer.config.schema import TrainConfig
 from vla_trainer.metrics_log import MetricLogger, read_metrics, success_curve
-from vla_trainer.rl.rollout import concat_rollouts
+from vla_trainer.rl.rollout import CRASHED_EPISODES, concat_rollouts
 from vla_trainer.rl.targets import compute_targets, concat_targets
 
 @dataclass
@@ -46,10 +46,13 @@ class TrainResult:
 
 
 def _episode_stats(prefix: str, episodes: dict) -> dict:
-    if not episodes or not episodes.get("success_once"):
-        return {}
-    out = {f"{prefix}/{k}": float(np.mean(v)) for k, v in episodes.items()}
-    out[f"{prefix}/episodes"] = len(episodes["success_once"])
+    """Means over the finished episodes, their count, and the count of those a simulator crash cut
+    (left out of the means), when any."""
+    crashed = len(episodes.get(CRASHED_EPISODES, ()))
+    out = {f"{prefix}/{CRASHED_EPISODES}": crashed} if crashed else {}
+    if episodes.get("success_once"):
+        out |= {f"{prefix}/{k}": float(np.mean(v)) for k, v in episodes.items() if k != CRASHED_EPISODES}
+        out[f"{prefix}/episodes"] = len(episodes["success_once"])
     return out
 
 
@@ -64,9 +67,8 @@ def train(cfg: TrainConfig, run_dir: str | Path | None = None) -> TrainResult:
             earlier run's checkpoints and ``runner.resume_dir`` is not set.
         NonFiniteLossError: NaN/inf loss or gradient (the last good checkpoint stays as it was).
         WorkerError: a Ray worker died (its error is in the message).
+        ValueError: another process is training in ``run_dir``.
     """
-    from vla_trainer.runtime import make_runtime
-
     run_dir = Path(run_dir or Path(cfg.runner.logger.log_path) / cfg.runner.logger.experiment_name)
     if run_dir.exists() and not run_dir.is_dir():
         raise ValueError(f"the run folder {run_dir} is a file; give a folder (--run-dir)")
@@ -74,6 +76,14 @@ def train(cfg: TrainConfig, run_dir: str | Path | None = None) -> TrainResult:
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise ValueError(f"the run folder {run_dir} cannot be made: {e.strerror or e} (--run-dir)") from None
+    with run_folder_lock(run_dir):
+        return _train_in(cfg, run_dir)
+
+
+def _train_in(cfg: TrainConfig, run_dir: Path) -> TrainResult:
+    """``train`` in a run folder this process holds."""
+    from vla_trainer.runtime import make_runtime
+
     if (run_dir / "checkpoints").is_dir():  # a save killed between its two renames hid the checkpoint: put it back
         remove_leftovers(run_dir / "checkpoints")
     resume_from = resolve_resume(cfg.runner.resume_dir, run_dir) if cfg.runner.resume_dir else None

@@ -137,6 +137,37 @@ def test_restart_crashed_worker_truncates_its_episode_and_the_batch_goes_on():
         env.close()
 
 
+def test_a_crash_in_a_later_episode_of_the_chunk_is_that_episodes_reason_and_training_leaves_it_out():
+    """Env 1's first episode ends at sub-step 0 (success terminates it); under ``chunk_reset="immediate"``
+    without skipping, its next episode runs on the leftover sub-steps and its simulator dies in the
+    first of them. ``truncation_reason`` is "" for the first episode (the one ``info["episode"]``
+    reports; it said "worker_crashed" before), the later episode's record says "worker_crashed", and
+    the trainer's episode statistics count the crash apart from the episodes that ran."""
+    from vla_trainer.rl.rollout import CRASHED_EPISODES, finished_episodes
+
+    backend = ProcessPoolBackend([functools.partial(ToyEnv, 50)] * 2, restart_crashed=True)
+    env = ChunkVectorEnv(backend, auto_reset=True, chunk_reset="immediate", skip_finished_actions=False)
+
+    def crash_env_1_after_sub_step_0(step):
+        if step["done"][1] and not backend.restarts:
+            backend.call(1, "fail_next_step", "exit")  # its next step (the new episode's first) kills it
+
+    env.add_step_observer(crash_env_1_after_sub_step_0)
+    try:
+        env.reset(seed=0)
+        actions = np.zeros((2, 3, 7), np.float32)
+        actions[1, 0, 6] = 1.0  # env 1 succeeds at once
+        with pytest.warns(RuntimeWarning, match="env worker 1 .* died while stepping"):
+            out = env.chunk_step(actions)
+        assert backend.restarts == 1
+        assert out.info["truncation_reason"][1] == "" and out.terminated[1, 0] and out.truncated[1, 1]
+        assert [r["truncation_reason"] for r in out.info["later_episodes"] if r["env"] == 1] == ["worker_crashed"]
+        episodes = finished_episodes(out.info)
+        assert episodes["success_once"] == [1.0] and episodes[CRASHED_EPISODES] == [1.0]
+    finally:
+        env.close()
+
+
 @pytest.mark.parametrize("contract", [dict(auto_reset=True, skip_finished_actions=False),
                                       dict(auto_reset=False, skip_finished_actions=False)])
 def test_a_restarted_worker_is_not_stepped_before_it_is_reset(contract):

@@ -308,3 +308,28 @@ def test_a_checkpoint_from_before_a_setting_existed_resumes_while_it_holds_its_d
         check_resumable(older, changed, tmp_path)
     with pytest.raises(ValueError, match=r"algorithm.group_size"):  # a key both hold, changed: refused as ever
         check_resumable(now, {**now, "algorithm.group_size": now["algorithm.group_size"] + 1}, tmp_path)
+
+
+@pytest.mark.reliability(fault="a second trainer started on a run folder that one is training in", cases=1,
+                         outcome="refused at once naming the first's pid; a killed holder frees the folder")
+def test_a_second_trainer_on_one_run_folder_is_refused_naming_the_first(tmp_path):
+    from vla_trainer.checkpoint import run_folder_lock
+    from vla_trainer.runner import train
+
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import sys, time
+        from vla_trainer.checkpoint import run_folder_lock
+        with run_folder_lock({str(tmp_path)!r}):
+            print("held", flush=True)
+            time.sleep(60)
+    """)], stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[2])
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(ValueError, match=rf"{tmp_path} is in use: another process \(pid {holder.pid}\)"):
+            train(load_config("cpu_grpo_tiny_put_on_plate"), run_dir=tmp_path)
+        assert not (tmp_path / "config.yaml").exists()  # nothing of the second run was written
+    finally:
+        holder.kill()
+        holder.wait()
+    with run_folder_lock(tmp_path):  # the kernel released a killed holder's lock
+        pass

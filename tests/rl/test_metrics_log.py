@@ -64,3 +64,15 @@ def test_tensorboard_drops_what_a_resumed_run_logs_again_and_what_a_dead_run_lef
     assert logged(8, [{"iteration": 2, "env_steps": 16, "actor/policy_loss": 5.0}]) == [(8, 1.0), (16, 5.0)]
     # a new run in the folder: nothing of the earlier writers is shown
     assert logged(-1, [{"iteration": 1, "env_steps": 8, "actor/policy_loss": 7.0}]) == [(8, 7.0)]
+
+
+def test_train_episode_stats_leave_out_and_count_the_episodes_a_simulator_crash_cut():
+    from vla_trainer.rl.rollout import CRASHED_EPISODES
+    from vla_trainer.runner import _episode_stats
+
+    stats = _episode_stats("train", {"success_once": [1.0, 0.0, 1.0], "length": [4.0, 10.0, 6.0],
+                                     CRASHED_EPISODES: [1.0, 1.0]})
+    assert stats == {"train/success_once": 2 / 3, "train/length": 20 / 3, "train/episodes": 3,
+                     "train/crashed_episodes": 2}
+    assert _episode_stats("train", {"success_once": [], CRASHED_EPISODES: [1.0]}) == {"train/crashed_episodes": 1}
+    assert _episode_stats("train", {}) == {}

@@ -373,7 +373,10 @@ class ChunkVectorEnv(VectorEnv, gym.Env):
             more episodes on the chunk's leftover (invalid) sub-steps; each of those is one
             record of the list ``info["later_episodes"]`` (present only then):
             ``{"env": i, "sub_step": j, "episode": {metric: value}, "episode_state_id": id,
-            "final_obs": {key: array, "instruction": str}}``. Nothing is overwritten.
+            "final_obs": {key: array, "instruction": str}, "truncation_reason": str}``. Nothing is
+            overwritten: ``info["truncation_reason"]`` (when any sub-step truncated) is per env the
+            reason of the episode ``info["episode"]`` reports (``"time_limit"``, ``"worker_crashed"``,
+            or ``""``: terminated or still running).
         """
         return self._run_chunk(self._check_actions(actions, chunked=True))
 
@@ -423,19 +426,21 @@ class ChunkVectorEnv(VectorEnv, gym.Env):
             if not self.ignore_terminations:
                 terminated[idx, j] = result.terminated[idx]
             truncated[idx, j] = self._elapsed[idx] >= self.max_episode_steps
-            reason[truncated[:, j]] = "time_limit"
+            step_reason = np.where(truncated[:, j], "time_limit", "").astype(object)
             if "crashed" in result.info:  # the simulator was replaced: this episode cannot go on
                 lost = result.info["crashed"] & self._live
                 truncated[lost, j] = True
                 terminated[lost, j] = False
-                reason[lost] = "worker_crashed"
+                step_reason[lost] = "worker_crashed"
             ended = terminated[:, j] | truncated[:, j]
             done = np.flatnonzero(ended)
             if done.size:
                 again = done[finished[done]]  # ended a second (third, ...) episode in this chunk
                 if again.size:
-                    later.extend(self._later_episodes(again, j))
-                self._finish(done[~finished[done]], episode, final_obs, final_success, finished)
+                    later.extend(self._later_episodes(again, j, step_reason))
+                first = done[~finished[done]]
+                reason[first] = step_reason[first]  # the reason of the episode info["episode"] reports
+                self._finish(first, episode, final_obs, final_success, finished)
                 self._live[done] = False
                 in_chunk_episode[done] = False
             for observer in self._observers:  # before an immediate reset: they see each episode's last step
@@ -486,7 +491,7 @@ class ChunkVectorEnv(VectorEnv, gym.Env):
             final_obs["instruction"][i] = self._instructions[i]
         finished[done] = True
 
-    def _later_episodes(self, done: np.ndarray, sub_step: int) -> list[dict[str, Any]]:
+    def _later_episodes(self, done: np.ndarray, sub_step: int, reason: np.ndarray) -> list[dict[str, Any]]:
         """One record per env in ``done`` whose episode ends at ``sub_step`` although the env
         already finished an episode earlier in this chunk (``chunk_reset="immediate"`` without
         skipping: the new episode ran on the chunk's leftover, invalid sub-steps)."""
@@ -499,7 +504,8 @@ class ChunkVectorEnv(VectorEnv, gym.Env):
             final = {key: self._obs[key][i].copy() for key in self._array_keys}
             final["instruction"] = self._instructions[i]
             records.append({"env": int(i), "sub_step": int(sub_step), "episode": metrics,
-                            "episode_state_id": int(self._state_id[i]), "final_obs": final})
+                            "episode_state_id": int(self._state_id[i]), "final_obs": final,
+                            "truncation_reason": str(reason[i])})
         return records
 
     def _check_actions(self, actions: Any, chunked: bool) -> np.ndarray:

@@ -6,10 +6,11 @@ checkpoints, the resume fingerprint, RNG state).
 """
 
 from .atomic import remove_leftovers, write_atomic_dir, write_text_atomic
-from .layout import KEEP_CHECKPOINTS, checkpoint_name, latest_checkpoint
+from .layout import KEEP_CHECKPOINTS, checkpoint_name, latest_checkpoint, run_folder_lock
 from .model_io import (
     TRAINING_RECORDS,
     check_model_out_dir,
+    checkpoint_recipe,
     export_merged,
     load_model,
     publish_half_precision,

@@ -1,8 +1,12 @@
 """Where a run keeps its training checkpoints: ``checkpoints/iter_XXXXXX/`` folders and
-``checkpoints/latest``, a one-line file naming the newest."""
+``checkpoints/latest``, a one-line file naming the newest; and ``.lock``, which the one process
+training in a run folder holds."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 KEEP_CHECKPOINTS = 2
@@ -29,3 +33,36 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
         return None
     path = pointer.parent / pointer.read_text().strip()
     return path if path.is_dir() else None
+
+
+RUN_LOCK = ".lock"
+
+
+@contextlib.contextmanager
+def run_folder_lock(run_dir: str | Path) -> Iterator[None]:
+    """Hold ``run_dir``'s lock while training there: a second process started on the same folder
+    would interleave its records and checkpoints with the first's. The lock is the kernel's
+    (``flock``): a process that dies, even by SIGKILL, releases it.
+
+    Raises:
+        ValueError: another process holds it (the message names its pid).
+    """
+    try:
+        import fcntl
+    except ImportError:  # no flock (Windows): nothing to hold
+        yield
+        return
+    path = Path(run_dir) / RUN_LOCK
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            raise ValueError(f"{run_dir} is in use: another process (pid {holder}) is training there; wait for it "
+                             "to end, or give another folder (--run-dir)") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # releases the lock

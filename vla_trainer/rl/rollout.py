@@ -29,6 +29,7 @@ import torch
 from gymnasium.vector import AutoresetMode
 
 from vla_trainer.models import VLAPolicy
+from vla_trainer.rl.evaluation import crashed_now
 
 
 @dataclass
@@ -160,17 +161,31 @@ def truncated_finals(out, mode: AutoresetMode) -> tuple[np.ndarray, dict | None]
     return cut, obs_rows(source, cut)
 
 
+CRASHED_EPISODES = "crashed_episodes"
+"""``finished_episodes``' key for episodes cut by their simulator's crash: one 1.0 each. Their metrics
+are left out: a crash is no failure of the policy (as in evaluation)."""
+
+
 def finished_episodes(info: dict) -> dict[str, list[float]]:
     """Metrics of every episode that finished in one chunk step: each env's first
-    (``info["episode"]``) and any later ones (``info["later_episodes"]``)."""
+    (``info["episode"]``) and any later ones (``info["later_episodes"]``), except those a simulator
+    crash cut (counted under ``CRASHED_EPISODES``)."""
     metrics: dict[str, list[float]] = defaultdict(list)
+    crashed = 0
     if "episode" in info:
-        done = info["_episode"]
+        lost = info["_episode"] & crashed_now(info)
+        kept = info["_episode"] & ~lost
+        crashed += int(lost.sum())
         for key, arr in info["episode"].items():
-            metrics[key].extend(np.asarray(arr)[done].astype(float).tolist())
+            metrics[key].extend(np.asarray(arr)[kept].astype(float).tolist())
     for record in info.get("later_episodes", ()):
+        if record.get("truncation_reason") == "worker_crashed":
+            crashed += 1
+            continue
         for key, value in record["episode"].items():
             metrics[key].append(float(value))
+    if crashed:
+        metrics[CRASHED_EPISODES] = [1.0] * crashed
     return dict(metrics)
 
 
