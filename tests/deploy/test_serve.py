@@ -274,6 +274,13 @@ def test_a_model_with_several_action_statistics_acts_with_its_runs_set(tmp_path)
     assert unnorm_key(argparse.Namespace(unnorm_key=None, recipe_unnorm_key="libero"), bare, model) is None
     with pytest.raises(UnknownUnnormKeyError, match="pass unnorm_key"):
         PolicyService(bare)  # a bare folder with several sets: which one is the user's to say
+    # the other commands that act with a checkpoint (sft-report, collect-corrections) choose alike
+    from vla_trainer.sft.start import checkpoint_policy
+
+    assert checkpoint_policy(tmp_path / "ckpt").unnorm_key == "fractal"
+    assert checkpoint_policy(tmp_path / "ckpt", unnorm_key="bridge_orig").unnorm_key == "bridge_orig"
+    with pytest.raises(UnknownUnnormKeyError, match="pass unnorm_key"):
+        checkpoint_policy(bare)
 
 
 @pytest.mark.reliability(fault='clients that connect and send nothing, or stop mid-frame', cases=2,

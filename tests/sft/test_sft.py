@@ -563,6 +563,13 @@ def test_cli_sft_report_rejects_bad_steps(trained, demos, capsys, args, message)
     assert message in capsys.readouterr().err
 
 
+def test_cli_sft_report_names_an_unknown_unnorm_key_and_the_ones_there_are(trained, demos, capsys):
+    assert cli_main(["sft-report", "--checkpoint", str(trained[2]), "--demos", str(demos), "--steps", "0",
+                     "--unnorm-key", "no_such_set"]) == 2
+    err = capsys.readouterr().err
+    assert "no_such_set" in err and "Traceback" not in err, err
+
+
 def test_cli_sft_report_rejects_a_folder_without_a_model(demos, tmp_path, capsys):
     assert cli_main(["sft-report", "--checkpoint", str(tmp_path), "--demos", str(demos)]) == 2
     err = capsys.readouterr().err

@@ -135,10 +135,13 @@ def resolve_model_dir(path: str | Path) -> Path:
                             "checkpoint (model/) nor a run folder (checkpoints/latest)")
 
 
-def recorded_unnorm_key(model_dir: str | Path) -> str | None:
-    """The ``actor.model.unnorm_key`` a training checkpoint's run acted with (its ``config.yaml``
-    beside ``model/``): which of the model's action statistics its actions mean. None for a model
-    folder without one (a model with one statistics set needs none)."""
+def checkpoint_recipe(model_dir: str | Path):
+    """The ``TrainConfig`` a training checkpoint's run was made with (its ``config.yaml`` beside
+    ``model/``), or None for a model folder that has none (an export, a warm start, an SFT output).
+
+    Raises:
+        ConfigError: the file is there but is no recipe of this version (the message names it).
+    """
     model_dir = Path(model_dir)
     recipe = model_dir.parent / "config.yaml"
     if model_dir.name != "model" or not recipe.is_file():
@@ -146,7 +149,15 @@ def recorded_unnorm_key(model_dir: str | Path) -> str | None:
     from ..config.loading import load_recipe
     from ..config.schema import TrainConfig
 
-    return load_recipe(TrainConfig, recipe).actor.model.unnorm_key
+    return load_recipe(TrainConfig, recipe)
+
+
+def recorded_unnorm_key(model_dir: str | Path) -> str | None:
+    """The ``actor.model.unnorm_key`` a training checkpoint's run acted with: which of the model's
+    action statistics its actions mean. None for a model folder without a run's recipe (a model with
+    one statistics set needs none)."""
+    cfg = checkpoint_recipe(model_dir)
+    return None if cfg is None else cfg.actor.model.unnorm_key
 
 
 def load_model(path: str | Path):
@@ -166,19 +177,17 @@ def load_model(path: str | Path):
     if (model_dir / "config.json").is_file():
         return (*load_pretrained(model_dir), model_dir)
     from ..build import build_policy
-    from ..config import load_config
     from ..models import merge_lora
 
-    recipe = model_dir.parent / "config.yaml"
-    if not recipe.is_file():
+    cfg = checkpoint_recipe(model_dir)
+    if cfg is None:
         raise FileNotFoundError(f"{model_dir} holds LoRA adapters without the training checkpoint's config.yaml "
                                 "beside them, which names their base model; load them with "
                                 "vla_trainer.models.load_lora onto that model")
-    cfg = load_config(recipe)
     base = cfg.actor.model.model_path
     if base is not None and not (Path(base) / "config.json").is_file():
         raise FileNotFoundError(f"{model_dir} holds LoRA adapters for the base model actor.model.model_path={base} "
-                                f"({recipe}), which is not a model folder from here; run from the folder the "
-                                "training ran in")
+                                f"({model_dir.parent / 'config.yaml'}), which is not a model folder from here; run "
+                                "from the folder the training ran in")
     policy = build_policy(cfg, resume_model_dir=model_dir, device="cpu")
     return merge_lora(policy.model, inplace=True).eval(), policy.tokenizer, model_dir

@@ -20,6 +20,10 @@ from pathlib import Path
 from vla_envs.arguments import json_object, positive_float, positive_int
 
 
+UNNORM_KEY_HELP = ("the checkpoint's action statistics to act with (default: the ones its training run used, "
+                   "else the model's only set)")
+
+
 def training_policy(args: argparse.Namespace):
     """The policy a training stage starts from (``--init-from`` or a new ``--preset`` model), or
     a message saying why it cannot be built."""
@@ -143,8 +147,8 @@ def cmd_sft_report(args: argparse.Namespace) -> int:
     import os
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from vla_trainer.models import VLAModelError, VLAPolicy
-    from vla_trainer.sft.start import check_demo_folders, load_init_checkpoint
+    from vla_trainer.models import VLAModelError
+    from vla_trainer.sft.start import check_demo_folders, checkpoint_policy
     from vla_trainer.sft.train import action_error_by_step
 
     try:
@@ -157,8 +161,8 @@ def cmd_sft_report(args: argparse.Namespace) -> int:
         return 2
     try:
         check_demo_folders(args.demos)
-        model, tokenizer = load_init_checkpoint(args.checkpoint, flag="--checkpoint")
-        report = action_error_by_step(VLAPolicy(model, tokenizer), args.demos, steps)
+        policy = checkpoint_policy(args.checkpoint, unnorm_key=args.unnorm_key)
+        report = action_error_by_step(policy, args.demos, steps)
     except (FileNotFoundError, ValueError, KeyError, VLAModelError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -188,9 +192,9 @@ def cmd_collect_corrections(args: argparse.Namespace) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from vla_envs.demos import check_new_demo_folder
     from vla_envs.errors import VlaEnvError
-    from vla_trainer.models import VLAModelError, VLAPolicy
+    from vla_trainer.models import VLAModelError
     from vla_trainer.sft.corrections import collect_corrections
-    from vla_trainer.sft.start import load_init_checkpoint
+    from vla_trainer.sft.start import checkpoint_policy
 
     try:
         handover = [int(h) for h in args.handover_steps.split(",")]
@@ -207,8 +211,8 @@ def cmd_collect_corrections(args: argparse.Namespace) -> int:
         print(f"error: --out: {e}", file=sys.stderr)
         return 2
     try:
-        model, tokenizer = load_init_checkpoint(args.checkpoint, flag="--checkpoint")
-        summary = collect_corrections(VLAPolicy(model, tokenizer), args.env_id, args.out, args.episodes,
+        policy = checkpoint_policy(args.checkpoint, unnorm_key=args.unnorm_key)
+        summary = collect_corrections(policy, args.env_id, args.out, args.episodes,
                                       handover_steps=handover, grasp_delays=grasp_delays,
                                       only_held=args.only_held, num_envs=args.num_envs, env_kwargs=env_kwargs,
                                       temperature=args.temperature, seed=args.seed, only_success=args.only_success)
@@ -429,6 +433,7 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--demos", type=Path, nargs="+", required=True, help="demo folder(s)")
     q.add_argument("--steps", default="0,1,3", help="episode steps, comma-separated (default: %(default)s)")
     q.add_argument("--json", type=Path, default=None, help="also write the report as JSON")
+    q.add_argument("--unnorm-key", default=None, help=UNNORM_KEY_HELP)
     q.set_defaults(func=cmd_sft_report)
     k = sub.add_parser("collect-corrections",
                        help="demos from the policy's own states: it starts each episode, the scripted expert "
@@ -451,6 +456,7 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--seed", type=int, default=0)
     k.add_argument("--env-kwargs", type=json_object, default="{}", help="JSON of extra gym.make arguments")
     k.add_argument("--all", dest="only_success", action="store_false", help="keep episodes the expert failed too")
+    k.add_argument("--unnorm-key", default=None, help=UNNORM_KEY_HELP)
     k.set_defaults(func=cmd_collect_corrections)
     return parser
 

@@ -164,12 +164,11 @@ def training_env(model_dir: Path) -> tuple[str | None, dict[str, Any]]:
     run's ``config.yaml`` beside a checkpoint's ``model/`` (``env.train.task`` and ``env_kwargs``),
     a published warm start's ``made_by.json`` (its demos' ``env_id`` and ``env_kwargs``), or
     ``vla-train sft``'s ``sft_metrics.json`` (its demos' ``env_id`` and ``env_kwargs``)."""
-    recipe = model_dir.parent / "config.yaml"
-    if recipe.is_file():
-        import yaml
+    from vla_trainer.checkpoint import checkpoint_recipe
 
-        train = ((yaml.safe_load(recipe.read_text()) or {}).get("env") or {}).get("train") or {}
-        return _record(train, "task", "env_kwargs")
+    cfg = checkpoint_recipe(model_dir)
+    if cfg is not None:
+        return cfg.env.train.task, dict(cfg.env.train.env_kwargs)
     for record, section in (("made_by.json", "demos"), ("sft_metrics.json", None)):
         if (model_dir / record).is_file():
             data = json.loads((model_dir / record).read_text())

@@ -38,6 +38,25 @@ def load_init_checkpoint(directory: Path, flag: str = "--init-from"):
     return model, tokenizer
 
 
+def checkpoint_policy(directory: Path, flag: str = "--checkpoint", unnorm_key: str | None = None):
+    """A ``VLAPolicy`` of the model that ``directory`` names (``load_init_checkpoint``), un-normalising
+    actions with ``unnorm_key``, else the statistics its training run acted with (a training
+    checkpoint's recipe), else the model's only set.
+
+    Raises:
+        FileNotFoundError: no model there (the message names ``flag``).
+        UnknownUnnormKeyError: that key is not among the model's statistics (it lists them), or none
+            was given or recorded and the model holds several.
+    """
+    from vla_trainer.checkpoint import recorded_unnorm_key, resolve_model_dir
+    from vla_trainer.models import VLAPolicy
+
+    model, tokenizer = load_init_checkpoint(directory, flag=flag)
+    if unnorm_key is None:
+        unnorm_key = recorded_unnorm_key(resolve_model_dir(directory))
+    return VLAPolicy(model, tokenizer, unnorm_key=unnorm_key)
+
+
 def starting_policy(demos: DemoFolders, *, preset: str = "tiny-openvla-oft", init_from: Path | None = None,
                     seed: int = 0, slot_embeddings: str | None = None, patch_positions: str | None = None,
                     layout_token: str | None = None, proprio: bool = False, unnorm_key: str | None = None):
