@@ -57,7 +57,8 @@ def running_server(log_dir: Path):
     log_path = Path(log_dir) / "server.log"
     with open(log_path, "wb") as log:
         # --verbose: the log names every command and reply, which a failed test's report shows the end of
-        proc = subprocess.Popen([str(franky_sim_executable()), "--simulator", "mujoco", "--hostname", host, "--verbose"],
+        proc = subprocess.Popen([str(franky_sim_executable()), "--simulator", "mujoco", "--hostname", host,
+                                 "--verbose"],
                                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 preexec_fn=die_with_parent)
     try:

@@ -182,6 +182,12 @@ def test_cli_errors_name_the_key_and_print_config(capsys, tmp_path):
                                                    "camera_crop": [190, 80, 460, 350]}
     assert vla_train(["--config", "cpu_ppo_tiny_put_on_plate", "--print-config", "env.train.kwargs"]) == 2
     assert "env.train has no key 'kwargs'; its keys: task," in capsys.readouterr().err
+    # into a list by index, as overrides reach it
+    crop = "env.train.env_kwargs.camera_crop"
+    assert vla_train(["--config", "cpu_ppo_tiny_put_on_plate", "--print-config", f"{crop}.2"]) == 0
+    assert json.loads(capsys.readouterr().out) == 460
+    assert vla_train(["--config", "cpu_ppo_tiny_put_on_plate", "--print-config", f"{crop}.4"]) == 2
+    assert "env.train.env_kwargs.camera_crop has no key '4'; its keys: 0, 1, 2, 3" in capsys.readouterr().err
     assert vla_train(["recipes"]) == 0
     assert "maniskill_ppo_openvlaoft" in capsys.readouterr().out
     bad = [*SMALL, "runner.max_epochs=1", "actor.global_batch_size=3", "actor.micro_batch_size=1"]

@@ -325,13 +325,17 @@ def print_config_key(cfg, key: str) -> int:
 
     node = cfg
     for i, part in enumerate(key.split(".")):
-        keys = list(asdict(node)) if is_dataclass(node) else list(node) if isinstance(node, dict) else []
+        if isinstance(node, (list, tuple)):  # an index, as overrides take it: actor.optim.betas.0
+            keys = [str(j) for j in range(len(node))]
+        else:
+            keys = list(asdict(node)) if is_dataclass(node) else list(node) if isinstance(node, dict) else []
         if part not in keys:
             where = ".".join(key.split(".")[:i]) or "the recipe"
             print(f"error: --print-config {key}: {where} has no key {part!r}; its keys: {', '.join(keys) or 'none'}",
                   file=sys.stderr)
             return 2
-        node = getattr(node, part) if is_dataclass(node) else node[part]
+        node = getattr(node, part) if is_dataclass(node) else node[int(part)] if isinstance(node, (list, tuple)) \
+            else node[part]
     print(json.dumps(asdict(node) if is_dataclass(node) else node))
     return 0
 
