@@ -65,8 +65,6 @@ def run_episodes(args: argparse.Namespace, recorder_folder: Path | None = None) 
     ``ceil(episodes / num_envs)``, one fewer for the last envs to make the number: which episodes count
     never depends on how long they ran, so quick successes are not favoured when episodes end at success.
     """
-    import importlib
-
     import gymnasium as gym
     from tqdm import tqdm
 
@@ -87,12 +85,10 @@ def run_episodes(args: argparse.Namespace, recorder_folder: Path | None = None) 
         raise ValueError("--expert-kwargs only configures the scripted expert")
     expert = None
     if args.policy == "expert":
-        module, _, name = spec.expert.partition(":")
-        expert_cls = getattr(importlib.import_module(module), name)
         try:
-            expert = expert_cls(args.num_envs, seed=args.seed, **expert_kwargs)
-        except TypeError as e:
-            raise ValueError(f"--expert-kwargs {expert_kwargs}: {e} (see {spec.expert})") from e
+            expert = spec.make_expert(args.num_envs, seed=args.seed, options=expert_kwargs)
+        except ValueError as e:
+            raise ValueError(f"--expert-kwargs: {e}") from e
     t0 = time.perf_counter()
     kwargs = {"image_size": args.image_size, **args.env_kwargs}
     env = gym.make(args.env_id, num_envs=args.num_envs, **kwargs)

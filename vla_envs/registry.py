@@ -49,6 +49,20 @@ class TaskSpec:
     """The task's typed options (``core.options.TaskOptions``): their names, checks, and which
     are training only. None: the factory checks its own arguments."""
 
+    def make_expert(self, num_envs: int, seed: int = 0, options: dict[str, Any] | None = None) -> Any:
+        """The task's scripted expert for ``num_envs`` envs, made with its keyword ``options``.
+
+        Raises:
+            ValueError: the task has none, or ``options`` it does not take or refuses (named).
+        """
+        if not self.expert:
+            raise ValueError(f"{self.id} has no scripted expert")
+        module, _, name = self.expert.partition(":")
+        try:
+            return getattr(importlib.import_module(module), name)(num_envs, seed=seed, **(options or {}))
+        except TypeError as e:
+            raise ValueError(f"expert options {options}: {e} (see {self.expert})") from e
+
     @property
     def training_only(self) -> dict[str, str]:
         """Options an evaluation refuses when set to anything but their default, each with why."""

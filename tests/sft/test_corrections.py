@@ -101,14 +101,15 @@ def test_cli_records_only_the_experts_part(tmp_path, capsys, monkeypatch):
     tok.save_pretrained(tmp_path / "policy")
     out = tmp_path / "corrections"
     args = ["collect-corrections", "--checkpoint", str(tmp_path / "policy"), "--out", str(out), "--episodes", "2",
-            "--num-envs", "1", "--handover-steps", "8", "--all", "--env-kwargs",
-            json.dumps({"low_poly": True, "vectorization": "serial", "time_limit": 24})]
+            "--num-envs", "1", "--handover-steps", "8", "--all", "--expert-kwargs", '{"max_speed": 0.5}',
+            "--env-kwargs", json.dumps({"low_poly": True, "vectorization": "serial", "time_limit": 24})]
     assert cli_main(args) == 0
     printed = capsys.readouterr().out
     summary = json.loads(printed[printed.index("{"):])
     assert summary["episodes"] == 2 and summary["kept"] == 2
     index, recorded = load_demos(out)
-    assert index["expert_kwargs"] == {"take_over_after_steps": [8]} and index["scene_bodies"] == ["tcp", "object", "plate"]
+    assert index["expert_kwargs"] == {"max_speed": 0.5, "take_over_after_steps": [8]}
+    assert index["scene_bodies"] == ["tcp", "object", "plate"]
     for meta, ep in zip(index["episodes"], recorded):
         # the random policy's first chunk is not recorded; every recorded step is the expert's
         assert len(ep["action"]) == meta["length"] - 8 and ep["scene"].shape == (len(ep["action"]), 21)
@@ -122,3 +123,8 @@ def test_cli_records_only_the_experts_part(tmp_path, capsys, monkeypatch):
     bad[bad.index("--handover-steps") + 1] = "5"
     assert cli_main(bad) == 2
     assert "multiple of the policy's chunk (8)" in capsys.readouterr().err
+    bad = args[:]
+    bad[bad.index("--out") + 1] = str(tmp_path / "other")
+    bad[bad.index("--expert-kwargs") + 1] = '{"speed": 0.3}'
+    assert cli_main(bad) == 2
+    assert "unexpected keyword argument 'speed'" in capsys.readouterr().err and not (tmp_path / "other").exists()

@@ -215,7 +215,8 @@ def cmd_collect_corrections(args: argparse.Namespace) -> int:
         summary = collect_corrections(policy, args.env_id, args.out, args.episodes,
                                       handover_steps=handover, grasp_delays=grasp_delays,
                                       only_held=args.only_held, num_envs=args.num_envs, env_kwargs=env_kwargs,
-                                      temperature=args.temperature, seed=args.seed, only_success=args.only_success)
+                                      temperature=args.temperature, seed=args.seed, only_success=args.only_success,
+                                      expert_options=args.expert_kwargs)
     except (FileNotFoundError, ValueError, KeyError, VLAModelError, VlaEnvError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -461,6 +462,9 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--env-kwargs", type=json_object, default="{}", help="JSON of extra gym.make arguments")
     k.add_argument("--all", dest="only_success", action="store_false", help="keep episodes the expert failed too")
     k.add_argument("--unnorm-key", default=None, help=UNNORM_KEY_HELP)
+    k.add_argument("--expert-kwargs", type=json_object, default="{}",
+                   help="JSON of the scripted expert's options, as vla-envs collect-demos takes them, e.g. "
+                        "'{\"max_speed\": 0.5}' to match the demos the corrections join (default: {})")
     k.set_defaults(func=cmd_collect_corrections)
     return parser
 

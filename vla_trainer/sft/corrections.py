@@ -18,7 +18,6 @@ Shapes: ``N`` envs, chunk ``C`` (the policy's), actions ``[N, 1, 7]`` per env st
 
 from __future__ import annotations
 
-import importlib
 import sys
 from pathlib import Path
 
@@ -52,7 +51,7 @@ def check_grasp_delays(grasp_delays: list[int], time_limit: int) -> None:
 def collect_corrections(policy: VLAPolicy, env_id: str, out_dir: str | Path, num_episodes: int, *,
                         handover_steps: list[int], grasp_delays: list[int] | None = None, only_held: bool = False,
                         num_envs: int = 2, env_kwargs: dict | None = None, temperature: float = 0.6,
-                        seed: int = 0, only_success: bool = True) -> dict:
+                        seed: int = 0, only_success: bool = True, expert_options: dict | None = None) -> dict:
     """Runs ``num_episodes`` policy-then-expert episodes of ``env_id`` (``num_envs`` envs at the
     policy's image size, auto-reset, ``env_kwargs``) and records the expert's parts in ``out_dir``.
 
@@ -60,7 +59,9 @@ def collect_corrections(policy: VLAPolicy, env_id: str, out_dir: str | Path, num
     ``grasp_delays``, ``d`` (drawn) steps after the first step the policy holds the object,
     whichever comes first. ``only_held`` keeps only episodes handed over while the gripper held
     the object (the expert's carry and release from the policy's own grasp). Each kept episode's
-    index entry gives its ``handover_step`` and ``held_at_handover``.
+    index entry gives its ``handover_step`` and ``held_at_handover``. ``expert_options``: the scripted
+    expert's own keyword options (as ``vla-envs collect-demos --expert-kwargs``), so corrections can be
+    made at the speed of the demos they join.
 
     Returns a summary: episodes, kept, frames in the kept episodes, episodes the policy finished before the
     hand-over, hand-overs made while the object was held, the expert's success after them.
@@ -68,7 +69,7 @@ def collect_corrections(policy: VLAPolicy, env_id: str, out_dir: str | Path, num
     Raises:
         ValueError: bad ``handover_steps`` / ``grasp_delays`` / ``num_episodes``, or a task without
             a scripted expert (or, with ``grasp_delays`` or ``only_held``, one whose expert state
-            does not say whether the object is held).
+            does not say whether the object is held), or ``expert_options`` it does not take.
     """
     import gymnasium as gym
 
@@ -77,28 +78,28 @@ def collect_corrections(policy: VLAPolicy, env_id: str, out_dir: str | Path, num
     spec = get_task(env_id)
     if not spec.expert:
         raise ValueError(f"{env_id} has no scripted expert to take over")
+    spec.make_expert(num_envs, options=expert_options)  # options it refuses: said before the env is built
     if num_episodes < 1:
         raise ValueError(f"num_episodes={num_episodes} must be >= 1")
     kwargs = {"image_size": policy.config.image_size, **(env_kwargs or {}), "auto_reset": True}
     env = gym.make(env_id, num_envs=num_envs, **kwargs)
     try:
         return _collect(env, spec, policy, out_dir, num_episodes, handover_steps, grasp_delays or [], only_held,
-                        temperature, seed, only_success, kwargs)
+                        temperature, seed, only_success, kwargs, expert_options)
     finally:
         env.close()
 
 
 def _collect(env, spec, policy: VLAPolicy, out_dir, num_episodes: int, handover_steps: list[int],
              grasp_delays: list[int], only_held: bool, temperature: float, seed: int, only_success: bool,
-             env_kwargs: dict | None = None) -> dict:
+             env_kwargs: dict | None = None, expert_options: dict | None = None) -> dict:
     base = env
     C = policy.chunk_size
     check_handover_steps(handover_steps, C, base.max_episode_steps)
     check_grasp_delays(grasp_delays, base.max_episode_steps)
     n = env.num_envs
-    module, _, name = spec.expert.partition(":")
-    expert = getattr(importlib.import_module(module), name)(n)
-    expert_kwargs = {"take_over_after_steps": list(handover_steps)}
+    expert = spec.make_expert(n, options=expert_options)
+    expert_kwargs = {**(expert_options or {}), "take_over_after_steps": list(handover_steps)}
     if grasp_delays:
         expert_kwargs["take_over_after_grasp_steps"] = list(grasp_delays)
     if only_held:
