@@ -291,8 +291,10 @@ class FolderHub:
     """The hub's side of a fetch served from a folder laid out like the dataset; its checksums
     come from hashlib and from git itself (``git hash-object``), not from the code under test."""
 
-    def __init__(self, root: Path, corrupt: str | None = None):
-        self.root, self.corrupt = root, corrupt
+    def __init__(self, root: Path, corrupt: str | None = None, only_missing: bool = False):
+        """``only_missing``: download only the files not there yet, as huggingface_hub resumes a
+        download into a folder (by its own record of what it fetched, not by checking contents)."""
+        self.root, self.corrupt, self.only_missing = root, corrupt, only_missing
 
     def list_files(self, repo, revision):
         from vla_envs.tasks.put_on_plate.fetch import RemoteFile
@@ -309,7 +311,14 @@ class FolderHub:
         return "c0ffee" + revision, files
 
     def download(self, repo, commit, local_dir):
-        shutil.copytree(self.root / "carrot", Path(local_dir) / "carrot", dirs_exist_ok=True)
+        if self.only_missing:
+            for path in (p for p in (self.root / "carrot").rglob("*") if p.is_file()):
+                target = Path(local_dir) / path.relative_to(self.root)
+                if not target.exists():
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(path, target)
+        else:
+            shutil.copytree(self.root / "carrot", Path(local_dir) / "carrot", dirs_exist_ok=True)
         if self.corrupt:
             target = Path(local_dir) / self.corrupt
             data = bytearray(target.read_bytes())
@@ -362,6 +371,28 @@ def test_a_corrupt_or_failed_fetch_leaves_the_installed_pack_untouched(hub_folde
     with pytest.raises(VlaEnvError, match="could not list RLinf/maniskill_assets@main.*machine with internet"):
         fetch_official(tmp_path / "other", hub=HubDataset())
     assert not (tmp_path / "other" / "official").exists()
+
+
+@pytest.mark.reliability(fault="a fetch run again after a refused download; an interrupted download of another "
+                               "revision", cases=2, outcome="the refused files are fetched again; nothing of the "
+                               "other revision is installed")
+def test_a_fetch_resumes_only_its_own_commit_and_fetches_refused_files_again(hub_folder, tmp_path):
+    from vla_envs.tasks.put_on_plate.fetch import AssetChecksumError, check_official, fetch_official
+
+    assets = tmp_path / "assets"
+    partial = assets / "official.partial"
+    mesh = "carrot/more_carrot/bridge_more_carrot_2/collision.obj"
+    with pytest.raises(AssetChecksumError, match=f"{mesh}: sha256(.|\n)*removed from the download"):
+        fetch_official(assets, "some/dataset", "v1", hub=FolderHub(hub_folder, corrupt=mesh))
+    assert not (partial / mesh).exists() and (partial / "carrot/more_plate/model_db.json").is_file()
+    fetch_official(assets, "some/dataset", "v1", hub=FolderHub(hub_folder, only_missing=True))  # resumed
+    assert check_official(assets)["commit"] == "c0ffeev1"
+    # a download of v1 cut short, holding a file v2 does not have; then v2 is fetched
+    shutil.copytree(assets / "official", partial)
+    (partial / ".commit").write_text("c0ffeev1\n")
+    (partial / "carrot" / "only_in_v1.json").write_text("{}")
+    fetch_official(assets, "some/dataset", "v2", hub=FolderHub(hub_folder, only_missing=True))
+    assert check_official(assets)["commit"] == "c0ffeev2" and not (assets / "official/carrot/only_in_v1.json").exists()
 
 
 def test_fetch_assets_cli_check_without_a_fetched_pack_names_the_manifest(tmp_path, capsys):

@@ -5,7 +5,8 @@ of the hub dataset ``RLinf/maniskill_assets`` (the layout ``assets.py`` document
 
 1. lists the files under ``carrot/`` at the requested revision, resolved to its commit, with the
    checksums the hub records for each (sha256 for LFS files, the git blob id for the others);
-2. downloads that commit into ``<asset dir>/official.partial``;
+2. downloads that commit into ``<asset dir>/official.partial`` (a download interrupted or refused
+   resumes there; one of another commit is started afresh);
 3. checks every file's size and checksum, then reads the result with the task's own loader;
 4. only then swaps it in as ``<asset dir>/official`` and writes ``official/FETCHED.json`` (repo,
    commit, and each file's size and sha256), which ``--check`` verifies offline later.
@@ -27,6 +28,8 @@ from vla_envs.errors import AssetsMissingError, VlaEnvError
 OFFICIAL_REPO = "RLinf/maniskill_assets"
 PACK_FOLDER = "carrot"
 MANIFEST = "FETCHED.json"
+PARTIAL_COMMIT = ".commit"
+"""In ``official.partial``: the commit being downloaded there (a download of another one starts afresh)."""
 
 
 class AssetChecksumError(VlaEnvError, ValueError):
@@ -108,7 +111,8 @@ def fetch_official(asset_dir: Path, repo: str = OFFICIAL_REPO, revision: str = "
 
     Raises:
         AssetChecksumError: a downloaded file is missing or differs from the hub's record (the
-            download stays in ``official.partial`` for inspection; ``official`` is untouched).
+            rest of the download stays in ``official.partial``, where the next fetch of the same
+            commit resumes it; ``official`` is untouched).
         AssetsMissingError: the revision has no ``carrot/`` folder.
         VlaEnvError: the hub could not be reached.
     """
@@ -125,19 +129,29 @@ def fetch_official(asset_dir: Path, repo: str = OFFICIAL_REPO, revision: str = "
         raise AssetsMissingError(f"{repo}@{revision} has no {PACK_FOLDER}/ folder; allowed: a revision of "
                                  f"the dataset that holds it")
     partial = asset_dir / "official.partial"
+    stamp = partial / PARTIAL_COMMIT
+    if partial.exists() and not (stamp.is_file() and stamp.read_text().strip() == commit):
+        shutil.rmtree(partial)  # another commit's interrupted download: its files would mix into this one
     partial.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(commit + "\n")
     try:
         hub.download(repo, commit, partial)
     except Exception as e:
         raise VlaEnvError(f"downloading {repo}@{commit} failed ({type(e).__name__}: {e}); run "
                           "vla-envs fetch-assets again to resume") from e
-    problems = [f"{f.path}: {why}" for f in files if (why := file_problem(partial / f.path, f))]
-    _raise_problems(problems, partial, "official was left as it was; run vla-envs fetch-assets again")
+    failed = [(f, why) for f in files if (why := file_problem(partial / f.path, f))]
+    for f, _ in failed:  # the hub client resumes by its own record of what is done: a bad file must go
+
+        (partial / f.path).unlink(missing_ok=True)  # to be fetched again
+    _raise_problems([f"{f.path}: {why}" for f, why in failed], partial,
+                    "official was left as it was; those files were removed from the download, which "
+                    "vla-envs fetch-assets resumes")
     load_pack(partial, "official")  # the task's own checks: databases parse, meshes and photos exist
     manifest = {"repo": repo, "revision": revision, "commit": commit,
                 "files": {f.path: {"size": f.size, "sha256": f.sha256 or sha256_of(partial / f.path)}
                           for f in files}}
     (partial / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True))
+    stamp.unlink()
     official, old = asset_dir / "official", asset_dir / "official.old"
     shutil.rmtree(old, ignore_errors=True)
     if official.exists():
