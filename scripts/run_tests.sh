@@ -5,7 +5,12 @@
 # arguments go to pytest, e.g. `bash scripts/run_tests.sh -m "not slow"`.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+WORKERS="${VLA_TEST_WORKERS:-2}"
+if ! [[ "$WORKERS" =~ ^[0-9]+$ ]]; then  # checked before setup, not by pytest after it
+  echo "error: VLA_TEST_WORKERS=$WORKERS: a number of pytest worker processes (0: the tests run in one process)" >&2
+  exit 2
+fi
 bash "$ROOT/scripts/setup.sh" maniskill,libero,dev,robot,ros,ros-build
 cd "$ROOT"
 export HF_HUB_OFFLINE=1 PYTHONHASHSEED=0
-exec .venv/bin/python -m pytest -n "${VLA_TEST_WORKERS:-2}" --dist loadscope "$@"
+exec .venv/bin/python -m pytest -n "$WORKERS" --dist loadscope "$@"

@@ -62,6 +62,10 @@ case "$WARM" in
 esac
 bash scripts/setup.sh maniskill
 export HF_HUB_OFFLINE=1
+# the overrides, checked against the recipe before any work (a typo would otherwise surface after the warm start)
+if ! .venv/bin/vla-train rl --config "$RECIPE" "$@" --print-config >/dev/null; then
+  echo "error: the arguments ($*) are recipe overrides (key=value) of $RECIPE; see above" >&2; exit 2
+fi
 # the held-out task and the scene options (low-poly Panda, procedural assets, the camera's crop) are the
 # recipe's env.eval: vla-eval reads them from it (--env-from), as the RL run did
 EVAL_TASK="$(.venv/bin/vla-train rl --config "$RECIPE" --print-config env.eval.task | tr -d '"')"

@@ -208,3 +208,18 @@ def test_a_seeded_draw_is_the_generators_whatever_the_policys_device():
     expected = torch.multinomial(torch.softmax(logits, -1).reshape(-1, 16), 1,
                                  generator=torch.Generator().manual_seed(1)).view(4, 3)
     assert torch.equal(drawn, expected)
+
+
+def test_vla_eval_refuses_an_out_folder_it_cannot_write_before_it_runs(tmp_path, capsys):
+    """An --out under a file was found only after every episode had run (a raw NotADirectoryError,
+    the results lost): it is refused at once, before the checkpoint is even looked at."""
+    from vla_trainer.cli.eval import main as vla_eval
+
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    for out, says in ((a_file, f"--out {a_file}: is a file"),
+                      (a_file / "eval", f"--out {a_file / 'eval'}: {a_file} is a file")):
+        with pytest.raises(SystemExit) as exit_:
+            vla_eval(["--checkpoint", str(tmp_path / "no_model"), "--out", str(out)])
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2 and says in err and "no_model" not in err, err

@@ -578,7 +578,8 @@ def test_cli_sft_report_rejects_a_folder_without_a_model(demos, tmp_path, capsys
 
 def test_checkpoint_options_accept_a_training_checkpoint_and_a_run_folder(trained, demos, tmp_path, capsys):
     """--checkpoint takes what vla-eval takes: the model folder, a training checkpoint holding it
-    (model/) or a run folder (its checkpoints/latest), and reads the same model from each."""
+    (model/), a run folder, or its checkpoints/latest pointer file (the docs' ros2 launch example),
+    and reads the same model from each."""
     import shutil
 
     model_dir = trained[2]
@@ -586,10 +587,10 @@ def test_checkpoint_options_accept_a_training_checkpoint_and_a_run_folder(traine
     shutil.copytree(model_dir, run / "checkpoints" / "iter_000003" / "model")
     (run / "checkpoints" / "latest").write_text("iter_000003\n")
     reports = []
-    for folder in (model_dir, run / "checkpoints" / "iter_000003", run):
+    for folder in (model_dir, run / "checkpoints" / "iter_000003", run, run / "checkpoints" / "latest"):
         assert cli_main(["sft-report", "--checkpoint", str(folder), "--demos", str(demos), "--steps", "0"]) == 0
         reports.append([ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("t=")])
-    assert reports[0] and reports[0] == reports[1] == reports[2]
+    assert reports[0] and reports[0] == reports[1] == reports[2] == reports[3]
 
 
 def test_what_a_stage_adds_to_a_checkpoint_starts_from_its_seed(tmp_path):

@@ -121,12 +121,15 @@ def check_model_out_dir(out_dir: str | Path) -> Path:
 def resolve_model_dir(path: str | Path) -> Path:
     """The model folder that ``path`` names: a model folder itself (``vla-train sft --out``, a
     shipped warm start, the adapters of a LoRA run's checkpoint), a training checkpoint (its
-    ``model/``) or a run folder (its latest checkpoint's ``model/``).
+    ``model/``) or a run folder (its latest checkpoint's ``model/``), also through a run's
+    ``checkpoints/latest`` pointer file.
 
     Raises:
         FileNotFoundError: none of these.
     """
     path = Path(path)
+    if path.name == "latest" and path.is_file():  # <run>/checkpoints/latest: the checkpoint it names
+        path = path.parent.parent
     latest = latest_checkpoint(path)
     for candidate in (path, path / "model", *([latest / "model"] if latest is not None else [])):
         if is_model_dir(candidate):

@@ -140,8 +140,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.trials_per_task is not None:
             p.error("--trials-per-task is for --libero; --task and --ood take --num-episodes")
         args.num_episodes = 16 if args.num_episodes is None else args.num_episodes
-    if args.out is not None and args.out.exists() and not args.out.is_dir():
-        p.error(f"--out {args.out} is a file; give a folder (eval.json and eval.md are written into it)")
+    if args.out is not None and (why := unwritable_folder(args.out)):
+        p.error(f"--out {args.out}: {why}; give a folder this user can write (eval.json and eval.md go into it)")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
         resolve_env(args)
@@ -200,8 +200,9 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         r["category"] = VARIANTS[r["env_id"]].category if r["env_id"] in VARIANTS else "task"
     averages, table = ood_table(rows, header)
-    report(args.out, table, {"checkpoint": str(model_dir), "rows": rows, "averages": averages, "sampling": mode,
-                             "env_kwargs": args.env_kwargs, "expert_start_phase": args.expert_start_phase})
+    status = report(args.out, table, {"checkpoint": str(model_dir), "rows": rows, "averages": averages,
+                                      "sampling": mode, "env_kwargs": args.env_kwargs,
+                                      "expert_start_phase": args.expert_start_phase})
     if baseline is not None:
         from vla_trainer.rl.evaluation import compare_to_baseline
 
@@ -211,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         print(f"\nagainst the baseline {args.baseline}:")
         print("\n".join(compare_to_baseline(match[0], rows[0])))
-    return 0
+    return status
 
 
 def resolve_env(args: argparse.Namespace) -> None:
@@ -261,13 +262,33 @@ def sampling_mode(args: argparse.Namespace) -> str:
     return mode if args.execute_steps is None else f"{mode}, re-planning every {args.execute_steps} actions"
 
 
-def report(out: Path | None, table: str, payload: dict) -> None:
-    """Prints the table; with ``--out`` also writes it as ``eval.md`` and ``payload`` as ``eval.json``."""
+def unwritable_folder(out: Path) -> str | None:
+    """Why the folder ``out`` cannot be written (made where it does not exist yet), or None: checked
+    before the evaluation runs, so that its results are not lost at the end."""
+    existing = out
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        return "is a file" if existing == out else f"{existing} is a file"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{existing} is not writable"
+    return None
+
+
+def report(out: Path | None, table: str, payload: dict) -> int:
+    """Prints the table; with ``--out`` also writes it as ``eval.md`` and ``payload`` as ``eval.json``.
+    Returns the exit status: 1 when they could not be written (the table is printed either way)."""
     print(table)
     if out:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "eval.md").write_text(table + "\n")
-        (out / "eval.json").write_text(json.dumps(payload, indent=1))
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "eval.md").write_text(table + "\n")
+            (out / "eval.json").write_text(json.dumps(payload, indent=1))
+        except OSError as e:
+            print(f"error: --out {out}: the results could not be written ({e.strerror or e}); the table above "
+                  "is all there is", file=sys.stderr)
+            return 1
+    return 0
 
 
 def libero_suites(spec: str) -> list[str]:
@@ -333,9 +354,8 @@ def libero_main(args) -> int:
     lines += [f"| {r['suite']} | {100 * r['success']:.2f} % | {r['episodes']} |" for r in rows]
     average = float(np.mean([r["success"] for r in rows]))
     lines.append(f"| **average of the suites** | {100 * average:.2f} % | {sum(r['episodes'] for r in rows)} |")
-    report(args.out, "\n".join(lines), {"checkpoint": str(model_dir), "suites": rows, "average": average,
-                                        "sampling": mode})
-    return 0
+    return report(args.out, "\n".join(lines), {"checkpoint": str(model_dir), "suites": rows, "average": average,
+                                               "sampling": mode})
 
 
 if __name__ == "__main__":
