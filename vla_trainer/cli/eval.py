@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--unnorm-key", default=None,
                    help="which of the model's action statistics to un-normalise with, for a model that holds "
                         "several (default: the training checkpoint's or --env-from's actor.model.unnorm_key)")
-    p.add_argument("--execute-steps", type=int, default=None, metavar="K",
+    p.add_argument("--execute-steps", type=positive_int, default=None, metavar="K",
                    help="execute the first K actions of each predicted chunk, then re-plan from a new "
                         "observation (default: the whole chunk, as the policy was trained)")
     p.add_argument("--terminate", action=argparse.BooleanOptionalAction, default=None,
