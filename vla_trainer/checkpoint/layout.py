@@ -45,7 +45,7 @@ def run_folder_lock(run_dir: str | Path) -> Iterator[None]:
     (``flock``): a process that dies, even by SIGKILL, releases it.
 
     Raises:
-        ValueError: another process holds it (the message names its pid).
+        ValueError: another process holds it (the message names its pid), or the folder cannot be written.
     """
     try:
         import fcntl
@@ -53,7 +53,10 @@ def run_folder_lock(run_dir: str | Path) -> Iterator[None]:
         yield
         return
     path = Path(run_dir) / RUN_LOCK
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise ValueError(f"the run folder {run_dir} cannot be written: {e.strerror or e} (--run-dir)") from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
