@@ -56,6 +56,14 @@ def suite_tasks(suite: str) -> tuple[LiberoTask, ...]:
                  for i, t in enumerate(b.tasks))
 
 
+def scene_id(task: LiberoTask, init_index: int) -> int:
+    """The id of ``task``'s initial state ``init_index`` in LIBERO-130, whichever group draws it: the
+    key its scene's random fixture placement is drawn from, so a (task, initial state) is one scene in
+    its suite and in LIBERO-130 alike."""
+    before = SUITES[:SUITES.index(task.suite)]
+    return (sum(len(suite_tasks(s)) for s in before) + task.index) * INIT_STATES_PER_TASK + init_index
+
+
 def group_tasks(group: str) -> tuple[LiberoTask, ...]:
     """The tasks of a registered id (one suite, or the five of LIBERO-130), in order."""
     if group not in GROUPS:

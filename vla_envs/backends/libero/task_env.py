@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from vla_envs.backends.libero.rendering import ensure_gl
-from vla_envs.backends.libero.suites import INIT_STATES_PER_TASK, group_tasks, init_states, max_steps
+from vla_envs.backends.libero.suites import INIT_STATES_PER_TASK, group_tasks, init_states, max_steps, scene_id
 from vla_envs.core.spaces import make_action_space, make_observation_space
 from vla_envs.core.task_env import TaskEnv
 
@@ -81,8 +81,11 @@ class LiberoTaskEnv(TaskEnv):
         task = self.tasks[task_index]
         cameras = ["agentview", "robot0_eye_in_hand"] if self.wrist else ["agentview"]
         with contextlib.redirect_stdout(io.StringIO()):
+            # ignore_done: the time limit is the vector env's; robosuite's own (1000 steps, settling
+            # included) would end a longer episode with a raw "executing action in terminated episode"
             env = OffScreenRenderEnv(bddl_file_name=task.bddl_file, camera_heights=self.image_size,
-                                     camera_widths=self.image_size, camera_names=cameras, hard_reset=False)
+                                     camera_widths=self.image_size, camera_names=cameras, hard_reset=False,
+                                     ignore_done=True)
         if self.fast_render:  # no multisampling: rebuild the offscreen buffers without it
             sim = env.env.sim
             sim.model._model.vis.quality.offsamples = 0
@@ -119,13 +122,18 @@ class LiberoTaskEnv(TaskEnv):
         if task_index != self._task_index or self._env is None:
             self._build(task_index)  # another task: a new simulator, same process
         # LIBERO places fixtures (stove, cabinet, ...) with numpy's global generator, into model
-        # parameters that set_init_state does not restore: drawn from the id, an id is one scene
+        # parameters that set_init_state does not restore: drawn from the state's LIBERO-130 id, a
+        # (task, initial state) is one scene, in its suite and in LIBERO-130 alike
         outer = np.random.get_state()
-        np.random.seed(state_id)
+        np.random.seed(scene_id(task, init_index))
         try:
             self._env.reset()
         finally:
             np.random.set_state(outer)
+        # a soft reset keeps the gripper's command (robosuite integrates it step by step in
+        # current_action): the last episode's close would carry into this one
+        for robot in self._env.env.robots:
+            robot.gripper.current_action = np.zeros(robot.gripper.dof)
         raw = self._env.set_init_state(init_states(task)[init_index])
         for _ in range(self.settle_steps):
             raw, _, _, _ = self._env.step(SETTLE_ACTION)
