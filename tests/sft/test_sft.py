@@ -611,3 +611,52 @@ def test_what_a_stage_adds_to_a_checkpoint_starts_from_its_seed(tmp_path):
     assert added[0] and added[0].keys() == added[1].keys()
     for key in added[0]:
         torch.testing.assert_close(added[0][key], added[1][key], rtol=0, atol=0)
+
+
+def _recorded(folder, episodes, image_size=16):
+    """A demo folder of ``episodes``: (actions [T, A], states [T, S], success) each."""
+    from vla_envs.demos import EpisodeRecorder
+
+    recorder = EpisodeRecorder(folder, num_envs=1, env_id="Synthetic-v0", asset_pack=None, only_success=False)
+    for i, (actions, states, success) in enumerate(episodes):
+        for t in range(len(actions)):
+            obs = {"image": np.zeros((1, image_size, image_size, 3), np.uint8),
+                   "state": np.asarray(states[t], np.float32)[None]}
+            recorder.add(obs, np.asarray(actions[t], np.float32)[None], np.zeros(1, np.float32),
+                         np.array([t == len(actions) - 1]))
+        recorder.finish(0, INSTRUCTIONS[0], i, {"success_once": float(success), "success_at_end": float(success),
+                                                "return": 0.0})
+    return folder
+
+
+def test_demos_whose_actions_are_not_7d_are_refused_naming_the_width(tmp_path, capsys):
+    """6-D actions raised a raw IndexError in SFT, 8-D ones a RuntimeError deep in the targets."""
+    for width in (6, 8):
+        demos = _recorded(tmp_path / f"d{width}", [(np.zeros((3, width)), np.zeros((3, 9)), True)])
+        assert cli_main(["sft", "--preset", PRESET, "--demos", str(demos), "--out", str(tmp_path / "out"),
+                         "--steps", "1"]) == 2
+        err = capsys.readouterr().err
+        assert f"actions of width [{width}]; the models take 7-D" in err and "Traceback" not in err, err
+
+
+def test_proprio_statistics_are_those_of_the_episodes_trained_on(tmp_path):
+    """Failed episodes are not trained on; the state z-score came from them too (a failure far away
+    shifted the mean from 0.2 to 1.9)."""
+    from vla_trainer.data import state_stats
+
+    good = [(np.zeros((5, 7)), np.full((5, 3), v), True) for v in (0.1, 0.3)]
+    demos = _recorded(tmp_path / "d", [*good, (np.zeros((5, 7)), np.full((5, 3), 5.0), False)])
+    stats = state_stats(demos)
+    np.testing.assert_allclose(stats["mean"], [0.2] * 3)
+    np.testing.assert_allclose(stats["std"], [0.1] * 3)
+
+
+def test_cli_sft_report_takes_folders_of_two_image_sizes_as_sft_does_and_names_failed_only_folders(
+        trained, tmp_path, capsys):
+    small, large = write_demos(tmp_path / "a", image_size=IMAGE), write_demos(tmp_path / "b", image_size=2 * IMAGE)
+    assert cli_main(["sft-report", "--checkpoint", str(trained[2]), "--demos", str(small), str(large),
+                     "--steps", "0"]) == 0
+    assert [ln.split()[0] for ln in capsys.readouterr().out.splitlines() if ln.startswith("t=")] == ["t=0"]
+    failed = _recorded(tmp_path / "failed", [(np.zeros((3, 7)), np.zeros((3, 9)), False)], image_size=IMAGE)
+    assert cli_main(["sft-report", "--checkpoint", str(trained[2]), "--demos", str(failed), "--steps", "0"]) == 2
+    assert "holds no successful episodes" in capsys.readouterr().err

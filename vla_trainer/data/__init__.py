@@ -14,5 +14,6 @@ from .demos import (
     scene_options,
     stack_images,
     state_stats,
+    trained_episodes,
 )
 from .scene import TARGETS_PER_BODY, scene_targets, yaw_of_wxyz

@@ -134,6 +134,28 @@ def demos_env(demo_dirs: DemoFolders) -> dict:
     return {"env_id": same(ids, str), "env_kwargs": same(scenes, dict)}
 
 
+ACTION_DIM = 7
+"""The demos' actions: delta xyz, delta rotation, gripper (the models' action space)."""
+
+
+def trained_episodes(demo_dirs: DemoFolders) -> list[dict[str, np.ndarray]]:
+    """The episodes supervised training learns from: the successful ones with steps, with 7-D actions.
+
+    Raises:
+        FileNotFoundError / ValueError: not a demo folder, no successful episode with steps, or actions
+            of another width (demos of another env).
+    """
+    episodes = [e for e in load_episodes(demo_dirs, only_success=True) if len(e["action"]) > 0]
+    if not episodes:
+        raise ValueError(f"{demo_dirs}: the demo folder holds no successful episodes with steps (failed ones, which "
+                         f"recordings of the real robot keep, are not trained on)")
+    widths = sorted({int(np.shape(e["action"])[-1]) for e in episodes})
+    if widths != [ACTION_DIM]:
+        raise ValueError(f"{demo_dirs}: actions of width {widths}; the models take {ACTION_DIM}-D actions (delta "
+                         "xyz, delta rotation, gripper): demos of another env?")
+    return episodes
+
+
 def build_samples(demo_dir: DemoFolders, chunk_size: int) -> SFTSamples:
     """One sample per step of every successful episode in ``demo_dir`` (one folder or several;
     see ``vla_envs.demos``): behaviour cloning copies what succeeded, never a failure.
@@ -141,11 +163,7 @@ def build_samples(demo_dir: DemoFolders, chunk_size: int) -> SFTSamples:
     Raises:
         FileNotFoundError / ValueError: not a demo folder, or it holds no successful steps.
     """
-    episodes = load_episodes(demo_dir, only_success=True)
-    episodes = [e for e in episodes if len(e["action"]) > 0]
-    if not episodes:
-        raise ValueError(f"{demo_dir}: the demo folder holds no successful episodes with steps (failed ones, which "
-                         f"recordings of the real robot keep, are not trained on)")
+    episodes = trained_episodes(demo_dir)
     return SFTSamples(
         image=stack_images(episodes),
         state=np.concatenate([e["state"] for e in episodes]).astype(np.float32),
@@ -159,14 +177,15 @@ def build_samples(demo_dir: DemoFolders, chunk_size: int) -> SFTSamples:
 
 
 def state_stats(demo_dirs: DemoFolders, min_std: float = 1e-2) -> dict[str, list[float]]:
-    """Mean and standard deviation of the robot state over every step of the demos, what a
-    model's ``proprio_stats`` z-score ``obs["state"]`` with. ``min_std`` keeps a dimension that
-    stands still in the demos (a fixed joint) from blowing up the smallest change later.
+    """Mean and standard deviation of the robot state over every step of the episodes training
+    learns from (``trained_episodes``: failed ones are not), what a model's ``proprio_stats`` z-score
+    ``obs["state"]`` with. ``min_std`` keeps a dimension that stands still in the demos (a fixed
+    joint) from blowing up the smallest change later.
 
     Raises:
-        ValueError: the demos hold no steps, or their states are not all of one width.
+        ValueError: the demos hold no such steps, or their states are not all of one width.
     """
-    states = [np.asarray(e["state"], dtype=np.float64) for e in load_episodes(demo_dirs) if len(e["state"])]
+    states = [np.asarray(e["state"], dtype=np.float64) for e in trained_episodes(demo_dirs) if len(e["state"])]
     widths = {s.shape[-1] for s in states}
     if not states or len(widths) != 1:
         raise ValueError(f"{demo_dirs}: the demos need steps with a robot state of one width, got widths {widths}")

@@ -25,7 +25,7 @@ from tqdm import tqdm
 from vla_trainer.checkpoint import check_model_out_dir, save_model, write_atomic_dir
 from vla_trainer.config.sft import SFTConfig
 from vla_trainer.data import (TARGETS_PER_BODY, DemoFolders, SFTSamples, build_samples, demos_env, epoch_pool,
-                               load_episodes, resize_images)
+                               resize_images, trained_episodes)
 from vla_trainer.metrics_log import sft_curve
 from vla_trainer.models import VLAPolicy
 from vla_trainer.models.openvla import VLAOutput
@@ -84,8 +84,11 @@ def action_error_by_step(policy: VLAPolicy, demo_dir: DemoFolders, steps: tuple[
     Returns:
         ``{t: {"policy": [A], "zero": [A], "episodes": n}}``: mean ``|a_policy - a_expert|`` and
         ``|a_expert|`` over the ``n`` episodes longer than ``t`` (``t`` without any is left out).
+
+    Raises:
+        FileNotFoundError / ValueError: as ``trained_episodes`` (no successful episode, actions not 7-D).
     """
-    episodes = load_episodes(demo_dir, only_success=True)
+    episodes = trained_episodes(demo_dir)  # the episodes SFT learns from
     was_training = policy.model.training
     policy.model.eval()
     report = {}
@@ -93,7 +96,8 @@ def action_error_by_step(policy: VLAPolicy, demo_dir: DemoFolders, steps: tuple[
         chosen = [e for e in episodes if len(e["action"]) > t]
         if not chosen:
             continue
-        image = resize_images(np.stack([e["image"][t] for e in chosen]), policy.config.image_size)
+        # folders recorded at different sizes (as SFT takes them): each frame at the model's size first
+        image = np.concatenate([resize_images(e["image"][t:t + 1], policy.config.image_size) for e in chosen])
         expert = np.stack([e["action"][t] for e in chosen]).astype(np.float32)  # [n, A]
         predicted = []
         for start in range(0, len(chosen), batch_size):
