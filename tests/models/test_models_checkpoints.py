@@ -179,6 +179,25 @@ def test_adapter_for_another_base_model_is_rejected(saved, tmp_path):
         load_lora(other_arch, tmp_path / "adapter")
 
 
+def test_adapter_for_a_base_a_few_steps_further_is_rejected_and_its_own_base_in_bf16_accepted(saved, tmp_path):
+    """The check let an adapter trained on B load onto A when B was A after a few optimizer steps
+    (weights ~1e-3 apart passed its tolerance; its samples of the embeddings and lm_head never
+    train): every greedy action changed. Now such a base is refused, while the adapter's own base
+    loaded in bfloat16 (a relative rounding of up to 2^-8) still fits."""
+    _, _, _, directory, _ = saved
+    base = load_pretrained(directory)[0]
+    further = load_pretrained(directory)[0]
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():  # 5 Adam-like steps at lr 1e-4: each weight moves by up to 5e-4
+        for p in further.parameters():
+            p.add_(5e-4 * torch.sign(torch.randn(p.shape, generator=generator)))
+    save_lora(_perturbed_lora(further), tmp_path / "adapter")
+    with pytest.raises(AdapterMismatchError, match="another base model"):
+        load_lora(base, tmp_path / "adapter")
+    save_lora(_perturbed_lora(load_pretrained(directory)[0]), tmp_path / "own")
+    load_lora(load_pretrained(directory)[0].to(torch.bfloat16), tmp_path / "own")
+
+
 def test_official_format_weights_load_into_our_classes(saved, tmp_path):
     preset, model, _, _, inputs = saved
     official = official_state_dict(model)
