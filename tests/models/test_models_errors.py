@@ -110,8 +110,10 @@ def test_tokenizer_of_another_model_is_rejected():
 def test_bad_sampling_arguments_and_tokens(policy):
     with pytest.raises(InvalidInputError, match="temperature must be > 0"):
         policy.act(make_obs(1), temperature=0.0)
-    with pytest.raises(InvalidInputError, match=r"top_k must be None or in \[1, 256\]"):
-        policy.act(make_obs(1), top_k=0)
+    for top_k in (0, 257, 5.0, True):  # a float reached torch.topk (a raw TypeError); True was taken as 1
+        with pytest.raises(InvalidInputError, match=r"top_k must be None or an integer in \[1, 256\]"):
+            policy.act(make_obs(1), top_k=top_k)
+    assert policy.act(make_obs(1), top_k=np.int64(5)).actions.shape == (1, policy.chunk_size, 7)
     inputs = policy.prepare(make_obs(1))
     with pytest.raises(InvalidInputError, match=r"must be \[N, 8, 7\]"):
         policy.evaluate(inputs, torch.zeros(1, 1, 7, dtype=torch.long))

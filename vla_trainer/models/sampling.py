@@ -17,11 +17,13 @@ from .errors import InvalidInputError
 
 
 def check_sampling_args(temperature: float, top_k: int | None, n_bins: int) -> None:
-    """Raises InvalidInputError unless ``temperature > 0`` and ``top_k`` is None or in ``[1, n_bins]``."""
+    """Raises InvalidInputError unless ``temperature > 0`` and ``top_k`` is None or an integer in
+    ``[1, n_bins]`` (numpy's too; not a float, not a bool)."""
     if not temperature > 0:
         raise InvalidInputError(f"temperature must be > 0, got {temperature}")
-    if top_k is not None and not 1 <= top_k <= n_bins:
-        raise InvalidInputError(f"top_k must be None or in [1, {n_bins}], got {top_k}")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer))
+                              or not 1 <= top_k <= n_bins):
+        raise InvalidInputError(f"top_k must be None or an integer in [1, {n_bins}], got {top_k!r}")
 
 
 def processed_logits(action_logits: torch.Tensor, temperature: float, top_k: int | None) -> torch.Tensor:
@@ -32,7 +34,7 @@ def processed_logits(action_logits: torch.Tensor, temperature: float, top_k: int
     """
     logits = action_logits.float() / temperature
     if top_k is not None and top_k < logits.shape[-1]:
-        kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
+        kth = torch.topk(logits, int(top_k), dim=-1).values[..., -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
     return logits
 
