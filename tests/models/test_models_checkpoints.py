@@ -228,6 +228,32 @@ def test_official_format_weights_load_into_our_classes(saved, tmp_path):
         load_official_openvla(tmp_path, config=model.config)
 
 
+def test_the_official_layout_keeps_a_trained_cls_position_slot(saved):
+    """Training moves DINOv2's CLS position slot, which timm's layout has no place for: it was
+    dropped on export. It is folded into the CLS token (added to CLS alone before the blocks), so the
+    official-layout copy computes what the model does."""
+    import copy
+
+    from vla_trainer.models.official_names import state_dict_from_official
+
+    _, model, _, _, inputs = saved
+    model = copy.deepcopy(model)
+    with torch.no_grad():  # LayerScale as trained DINOv2 has it (random init: 1e-5, which mutes what CLS does)
+        for layer in model.vision_backbone.featurizer.encoder.layer:
+            layer.layer_scale1.lambda1.fill_(1.0)
+            layer.layer_scale2.lambda1.fill_(1.0)
+    trained = copy.deepcopy(model)
+    with torch.no_grad():
+        slot = trained.vision_backbone.featurizer.embeddings.position_embeddings[:, 0]
+        slot.copy_(0.5 * torch.randn(slot.shape, generator=torch.Generator().manual_seed(0)))
+    again = copy.deepcopy(model)
+    converted = state_dict_from_official(official_state_dict(trained), trained.config, trained.state_dict().keys())
+    again.load_state_dict(converted, strict=False)  # ours-only tensors (value head) stay as copied
+    assert_same(raw_outputs(again, inputs), raw_outputs(trained, inputs))
+    moved = (raw_outputs(model, inputs)[0] - raw_outputs(trained, inputs)[0]).abs().max()
+    assert moved > 1e-3, moved  # the slot matters (dropped, it changed these logits)
+
+
 OFFICIAL_7B_CONFIG = {
     "model_type": "openvla",
     "vision_backbone_id": "dinosiglip-vit-so-224px",

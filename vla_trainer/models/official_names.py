@@ -9,7 +9,7 @@ official (timm / prismatic)                     ours (transformers modules)
 featurizer.blocks.i.attn.qkv                    featurizer.encoder.layer.i.attention.{q,k,v}_proj
 featurizer.blocks.i.ls1.scale_factor            featurizer.encoder.layer.i.layer_scale1.lambda1
 featurizer.pos_embed [1, 256, D] (patches)      featurizer.embeddings.position_embeddings
-                                                [1, 257, D]; slot 0 (CLS) = 0, timm adds none
+                                                [1, 257, D]; slot 0 (CLS) -> added to cls_token
 fused_featurizer.blocks.i.attn.qkv              fused_featurizer.encoder.layers.i.self_attn.{q,k,v}_proj
 fused_featurizer.pos_embed [1, 256, D]          fused_featurizer.embeddings.position_embedding [256, D]
 fused_featurizer.attn_pool.{q, kv}              fused_featurizer.head.attention.in_proj (q; k; v)
@@ -97,14 +97,14 @@ def _vision_groups(config: OpenVLAConfig) -> list[Group]:
     g: list[Group] = []
     d_emb, s_emb = f"{DINO}.embeddings", f"{SIGLIP}.embeddings"
     g += [
-        _copy(f"{DINO}.cls_token", f"{d_emb}.cls_token"),
         _copy(f"{DINO}.reg_token", f"{d_emb}.register_tokens"),
-        # transformers keeps a CLS slot in the table; timm's DINOv2 adds no position to CLS
+        # transformers keeps a CLS slot in the position table, added to CLS alone before the blocks;
+        # timm's DINOv2 adds no position to CLS: the slot (which training moves) folds into the token
         Group(
-            (f"{DINO}.pos_embed",),
-            (f"{d_emb}.position_embeddings",),
-            lambda t: (torch.cat([t.new_zeros(1, 1, t.shape[-1]), t], dim=1),),
-            lambda t: (t[:, 1:],),
+            (f"{DINO}.cls_token", f"{DINO}.pos_embed"),
+            (f"{d_emb}.cls_token", f"{d_emb}.position_embeddings"),
+            lambda cls, pos: (cls, torch.cat([pos.new_zeros(1, 1, pos.shape[-1]), pos], dim=1)),
+            lambda cls, pos: (cls + pos[:, :1], pos[:, 1:]),
         ),
         _copy(f"{DINO}.patch_embed.proj.weight", f"{d_emb}.patch_embeddings.projection.weight"),
         _copy(f"{DINO}.patch_embed.proj.bias", f"{d_emb}.patch_embeddings.projection.bias"),
@@ -185,8 +185,8 @@ def is_ours_only(name: str) -> bool:
 def official_state_dict(model) -> dict[str, torch.Tensor]:
     """Our model's weights under the official names (works on meta tensors: shapes only).
 
-    DINOv2's CLS position slot has no official counterpart and is dropped; our models keep it
-    at zero (see vision.py), so nothing is lost.
+    DINOv2's CLS position slot has no official counterpart: it is added into the CLS token, which
+    is what it does in the forward pass, so the official-layout model computes the same.
 
     Raises:
         ConfigMismatchError: a tensor of ours is neither mapped nor known to be ours-only.
