@@ -32,8 +32,9 @@ def main() -> None:
 
     configs = {"stock": dict(low_poly=False), "low-poly": dict(low_poly=True),
                "low-poly-fast": dict(low_poly=True, sim_freq=args.sim_freq)}
+    # the procedural pack, as stated, whichever pack this machine has installed
     envs = {name: gym.make("PutOnPlateInScene25Main-v3", num_envs=1, image_size=args.size, vectorization="serial",
-                           time_limit=10**6, **kwargs)
+                           time_limit=10**6, assets="procedural", **kwargs)
             for name, kwargs in configs.items()}
     zero = np.zeros((1, 7), np.float32)
     for env in envs.values():

@@ -46,7 +46,9 @@ def test_every_part_runs_at_toy_size_on_the_cpu(gpu_check, tmp_path, capsys):
     assert env_row["num_envs"] == 1 and env_row["frames_per_s"] > 0
     assert parts["expert"]["episodes"] == 1 and 0.0 <= parts["expert"]["success_once"] <= 1.0
     assert [(r["algorithm"], r["iterations"]) for r in parts["rl"]["rows"]] == [("ppo", 1), ("grpo", 1)]
-    assert all(r["env_frames"] > 0 and r["frames_per_s"] > 0 for r in parts["rl"]["rows"])
+    for r in parts["rl"]["rows"]:  # per iteration wall time, not the whole call with its start-up
+        assert r["env_frames"] > 0 and r["frames_per_s"] == pytest.approx(r["env_frames"] / r["iteration_seconds"][0])
+        assert r["seconds_with_startup"] > r["iteration_seconds"][0]
     assert [r["preset"] for r in parts["generation"]["rows"]] == ["tiny-openvla", "tiny-openvla-oft"]
     assert all(r["env_actions_per_s"] > 0 for r in parts["generation"]["rows"])
     [lora] = parts["lora"]["rows"]

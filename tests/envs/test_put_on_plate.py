@@ -951,11 +951,34 @@ def test_every_variant_makes_resets_and_steps(asset_root, monkeypatch):
                 start = task.objects[int(task.sel["object"][0])].pose.p[0].clone()
                 out = env.chunk_step(np.zeros((1, 1, 7), np.float32))
             assert out.valid.all() and np.isfinite(out.rewards).all()
-            if variant.move_object_at_step:  # the object jumped to another cell
+            if variant.move_object_at_step:  # the object jumped to a cell more than 15 cm away, as the reference's
                 moved = task.objects[int(task.sel["object"][0])].pose.p[0]
-                assert float(torch.linalg.norm(moved[:2] - start[:2])) > 0.03
+                assert float(torch.linalg.norm(moved[:2] - start[:2])) > variant.far_cell_min_m[0] - 0.005
+            if variant.distractor == "plate":  # not on the target plate: at least 15 cm from it
+                xy = [p.pose.p[0, :2] for p in task.plates if float(p.pose.p[0, 2]) < 1.0]
+                assert float(torch.linalg.norm(xy[0] - xy[1])) >= variant.far_cell_min_m[1] - 0.005
         finally:
             env.close()
+
+
+def test_the_distractor_plate_and_the_moved_object_keep_the_references_distances():
+    """The distractor plate went to the cell farthest from the object and the target plate, which
+    could be 9.5 cm from the target: two plates 11-12 cm across overlapped (11 % of pairs). The moved
+    object of PositionChange could land 9.5 cm from its start. Now every pair a variant draws has a
+    cell at the reference's distances, and that cell is the one used."""
+    from vla_envs.tasks.put_on_plate.episodes import far_cells, grid_xy, position_pairs
+    from vla_envs.tasks.put_on_plate.variants import VARIANTS
+
+    for name, (from_object, from_plate) in (("MultiPlate", (0.07, 0.15)), ("PositionChange", (0.15, 0.07))):
+        variant = VARIANTS[f"PutOnPlateInScene25{name}-v3"]
+        assert variant.far_cell_min_m == (from_object, from_plate)
+        pairs = position_pairs()[list(variant.positions)]
+        cell = grid_xy()[far_cells(pairs, from_object, from_plate)]
+        assert (np.linalg.norm(cell - pairs[:, 0], axis=1) > from_object).all()
+        assert (np.linalg.norm(cell - pairs[:, 1], axis=1) >= from_plate - 1e-9).all()
+        dropped = sorted(set(range(len(position_pairs()))) - set(variant.positions))
+        assert dropped and (far_cells(position_pairs()[dropped], from_object, from_plate) == -1).all()
+    assert VARIANTS["PutOnPlateInScene25PositionChange-v3"].move_object_at_step == 5
 
 
 def test_reach_report_bands_count_each_episode_once():

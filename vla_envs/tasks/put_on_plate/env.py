@@ -302,10 +302,11 @@ class PutOnPlateInScene25Env(BaseEnv):
         self.distractor_xy[idx] = self._far_cell_xy(idx)
 
     def _far_cell_xy(self, idx: torch.Tensor) -> torch.Tensor:
-        """Per env in ``idx``, the grid cell farthest from both its object's and plate's start, [b, 2]."""
-        pair = self._pairs[self.sel["position_pair"][idx]]  # [b, 2, 2]
-        dist = torch.cdist(self._grid[None].expand(len(idx), -1, -1), pair).min(dim=2).values  # [b, 36]
-        return self._grid[dist.argmax(dim=1)]
+        """Per env in ``idx``, the variant's far cell (``Variant.far_cell_min_m``) of its positions, [b, 2]."""
+        pair = episodes.position_pairs()[self.sel["position_pair"][idx].numpy()]  # [b, 2, 2], unshifted
+        cells = episodes.far_cells(pair, *self.variant.far_cell_min_m)
+        assert (cells >= 0).all(), "the variant's positions keep only pairs with a far cell"
+        return self._grid[torch.as_tensor(cells)]
 
     def _sleep_parked(self) -> None:
         """Put parked models to sleep (CPU PhysX: one body per actor) so they cost nothing."""
@@ -385,7 +386,7 @@ class PutOnPlateInScene25Env(BaseEnv):
                         force = torch.where(pair, f, force)
         new = self.control_steps != self.counted_at  # envs whose state this evaluate() has not counted
         self.counted_at = self.control_steps.clone()
-        self._maybe_move_object(grasped, new)
+        self._maybe_move_object(new)
         self.grasp_streak = torch.where(new, rewards.update_grasp_streak(self.grasp_streak, grasped),
                                         self.grasp_streak)
         self.ever_grasped |= grasped & new
@@ -417,14 +418,14 @@ class PutOnPlateInScene25Env(BaseEnv):
                 "grasped": self._grasping_selected().numpy(),
                 "base_yaw": np.full(self.num_envs, np.pi)}
 
-    def _maybe_move_object(self, grasped: torch.Tensor, new: torch.Tensor) -> None:
-        """PositionChange variant: at the configured step, an object not yet grasped jumps to
-        the grid cell farthest from its start and the plate (the policy must re-target). ``new``:
-        the envs whose step this is the first evaluate() of (it moves once)."""
+    def _maybe_move_object(self, new: torch.Tensor) -> None:
+        """PositionChange variant: at the configured step the object jumps to the far cell, out of the
+        gripper if held, as the reference's (the policy must re-target). ``new``: the envs whose step
+        this is the first evaluate() of (it moves once)."""
         k = self.variant.move_object_at_step
         if not k:
             return
-        move = new & (self.elapsed_steps.cpu() == k) & ~grasped
+        move = new & (self.elapsed_steps.cpu() == k)
         if not move.any():
             return
         far = self._far_cell_xy(torch.arange(self.num_envs))

@@ -40,6 +40,23 @@ def position_pairs() -> np.ndarray:
     return np.asarray(pairs)
 
 
+def far_cells(pairs: np.ndarray, from_object_m: float = 0.0, from_plate_m: float = 0.0) -> np.ndarray:
+    """Per (object, plate) pair, the grid cell farthest from both of them among those more than
+    ``from_object_m`` from the object and at least ``from_plate_m`` from the plate, or -1 where no cell
+    is: where a distractor or a moved object goes. ``pairs``: float ``[b, 2, 2]``; returns int ``[b]``."""
+    grid = grid_xy()
+    d_object = np.linalg.norm(grid[None] - pairs[:, None, 0], axis=-1)  # [b, 36]
+    d_plate = np.linalg.norm(grid[None] - pairs[:, None, 1], axis=-1)
+    allowed = (d_object > from_object_m) & (d_plate >= from_plate_m - 1e-9)
+    score = np.where(allowed, np.minimum(d_object, d_plate), -np.inf)
+    return np.where(allowed.any(axis=1), score.argmax(axis=1), -1)
+
+
+def pairs_with_far_cell(from_object_m: float, from_plate_m: float) -> tuple[int, ...]:
+    """Indices into ``position_pairs()`` of the pairs that have a ``far_cells`` cell."""
+    return tuple(int(k) for k in np.flatnonzero(far_cells(position_pairs(), from_object_m, from_plate_m) >= 0))
+
+
 def pairs_between(object_cells: Sequence[int], plate_cells: Sequence[int]) -> tuple[int, ...]:
     """Indices into ``position_pairs()`` of the pairs whose object stands on one of
     ``object_cells`` and plate on one of ``plate_cells`` (indices into ``grid_xy()``, row-major:

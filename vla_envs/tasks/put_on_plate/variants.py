@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vla_envs.tasks.put_on_plate.episodes import Split, pairs_between
+from vla_envs.tasks.put_on_plate.episodes import MIN_PAIR_DISTANCE_M, Split, pairs_between, pairs_with_far_cell
 
 CATEGORIES = ("vision", "semantic", "execution")
 TRAIN_OBJECTS, TEST_OBJECTS = range(0, 16), range(16, 25)
@@ -42,13 +42,17 @@ class Variant:
     """Templates, chosen per episode by its yaw digit and object (deterministic)."""
     distractor: str = ""
     """``"object"`` or ``"plate"``: one more of that kind on the table."""
+    far_cell_min_m: tuple[float, float] = (0.0, 0.0)
+    """Where the distractor goes, or the object moves to: the grid cell farthest from the object's and
+    the plate's start among those more than the first distance from the object and at least the
+    second from the plate (``episodes.far_cells``); ``positions`` keeps the pairs that have one."""
     grid_offset_m: float = 0.0
     """Shift of the position grid (unseen positions)."""
     init_qpos_noise_rad: float = 0.0
     """Per-episode offsets of the arm's initial joints (unseen initial pose): every joint moved by half to
     all of this, in a direction drawn per episode id (``episodes.arm_pose_offsets``)."""
     move_object_at_step: int = 0
-    """Teleport the object to another position at this step unless grasped (0: never)."""
+    """Teleport the object to the far cell at this step, held or not (0: never)."""
     positions: tuple[int, ...] | None = None
     """Indices into ``episodes.position_pairs()`` the episodes draw from (``None``: all 784)."""
     yaws: tuple[int, ...] | None = None
@@ -79,11 +83,15 @@ VARIANTS: dict[str, Variant] = {v.env_id: v for v in [
     _v("Plate", "semantic", plates=range(1, 4)),
     _v("Instruct", "semantic", instructions=PARAPHRASES),
     _v("MultiCarrot", "semantic", distractor="object"),
-    _v("MultiPlate", "semantic", distractor="plate", plates=range(0, 1)),
+    # the reference's layouts: the extra plate at least 15 cm from the target plate, the moved object
+    # more than 15 cm from where it stood, each more than 7 cm from the other model
+    _v("MultiPlate", "semantic", distractor="plate", plates=range(0, 1), far_cell_min_m=(MIN_PAIR_DISTANCE_M, 0.15),
+       positions=pairs_with_far_cell(MIN_PAIR_DISTANCE_M, 0.15)),
     # Execution
     _v("Position", "execution", grid_offset_m=0.015),
     _v("EEPose", "execution", init_qpos_noise_rad=0.15),
-    _v("PositionChange", "execution", move_object_at_step=10),
+    _v("PositionChange", "execution", move_object_at_step=5, far_cell_min_m=(0.15, MIN_PAIR_DISTANCE_M),
+       positions=pairs_with_far_cell(0.15, MIN_PAIR_DISTANCE_M)),
 ]}
 
 
