@@ -303,7 +303,7 @@ class PutOnPlateInScene25Env(BaseEnv):
 
     def _far_cell_xy(self, idx: torch.Tensor) -> torch.Tensor:
         """Per env in ``idx``, the variant's far cell (``Variant.far_cell_min_m``) of its positions, [b, 2]."""
-        pair = episodes.position_pairs()[self.sel["position_pair"][idx].numpy()]  # [b, 2, 2], unshifted
+        pair = episodes.position_pairs()[self.sel["position_pair"][idx].cpu().numpy()]  # [b, 2, 2], unshifted
         cells = episodes.far_cells(pair, *self.variant.far_cell_min_m)
         assert (cells >= 0).all(), "the variant's positions keep only pairs with a far cell"
         return self._grid[torch.as_tensor(cells)]
