@@ -226,8 +226,11 @@ def test_the_vla_serve_command_serves_the_checkpoint_until_ctrl_c(service, tmp_p
     cli = Path(sys.executable).with_name("vla-serve")
     log = tmp_path / "stderr.log"  # the loading progress bar
     with open(log, "wb") as err:
+        # SIGINT as a terminal gives it: the test process may hold it ignored (an xdist worker), which a
+        # child inherits, and Python then never turns it into KeyboardInterrupt
         proc = subprocess.Popen([str(cli), "--checkpoint", str(SHIPPED_WARM_START), "--port", "0"],
-                                stdout=subprocess.PIPE, stderr=err, text=True)
+                                stdout=subprocess.PIPE, stderr=err, text=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         line = proc.stdout.readline()  # "serving <model> on 127.0.0.1:<port> (Ctrl-C stops)"; "" if it died
         assert line.startswith("serving ") and " on 127.0.0.1:" in line, line + log.read_text()
