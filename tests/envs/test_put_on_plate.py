@@ -50,19 +50,28 @@ def test_episode_id_decoding_round_trips(split, data):
     eid = data.draw(st.integers(0, s.num_episodes - 1))
     d = {k: int(v[0]) for k, v in episodes.decode(np.array([eid]), s).items()}
     assert d["object"] in s.objects and d["overlay"] in s.overlays and d["plate"] in s.plates
-    assert 0 <= d["position_pair"] < 784 and 0 <= d["yaw"] < 4
+    assert 0 <= d["position"] < 784 and 0 <= d["yaw"] < 4 and d["distractor"] == -1
     assert episodes.encode(episodes.Episode(**d), s) == eid
 
 
-def test_mixed_radix_order_is_object_plate_overlay_pair_yaw():
+def test_mixed_radix_order_is_object_plate_distractor_overlay_position_yaw():
     s = episodes.get_split("test")
     d = episodes.decode(np.array([0, 1, 4, 4 * 784, 4 * 784 * 5]), s)
     assert d["yaw"].tolist() == [0, 1, 0, 0, 0]
-    assert d["position_pair"].tolist() == [0, 0, 1, 0, 0]
+    assert d["position"].tolist() == [0, 0, 1, 0, 0]
     assert d["overlay"].tolist() == [16, 16, 16, 17, 16]
     assert d["object"].tolist() == [16, 16, 16, 16, 17]
     with pytest.raises(ValueError, match="out of range"):
         episodes.decode(np.array([s.num_episodes]), s)
+    # a distractor digit after the plate: every other model of the kind, never the chosen one
+    s = episodes.Split("d", range(0, 2), range(1, 4), range(0, 1), layout="third_far_from_plate", distractor="plate")
+    assert s.radices == (2, 3, 2, 1, 2104, 4)
+    d = episodes.decode(np.arange(3 * 2 * 2104 * 4, step=2104 * 4), s)
+    assert d["plate"].tolist() == [1, 1, 2, 2, 3, 3] and d["distractor"].tolist() == [2, 3, 3, 1, 1, 2]
+    with pytest.raises(ValueError, match="not another plate"):
+        episodes.encode(episodes.Episode(0, 1, 0, 0, 0, distractor=1), s)
+    with pytest.raises(ValueError, match="needs a layout with a third cell"):
+        episodes.Split("d", range(0, 2), range(1, 4), range(0, 1), distractor="plate")
 
 
 def test_a_split_of_some_positions_and_yaws_decodes_only_to_them():
@@ -73,7 +82,7 @@ def test_a_split_of_some_positions_and_yaws_decodes_only_to_them():
     s = episodes.Split("s", range(3, 5), range(0, 1), range(2, 4), positions=cells, yaws=(2,))
     assert s.num_episodes == 2 * 2 * len(cells) == 16
     d = episodes.decode(np.arange(s.num_episodes), s)
-    assert set(d["position_pair"].tolist()) == set(cells) and set(d["yaw"].tolist()) == {2}
+    assert set(d["position"].tolist()) == set(cells) and set(d["yaw"].tolist()) == {2}
     for eid in range(s.num_episodes):
         one = {k: int(v[eid]) for k, v in d.items()}
         assert episodes.encode(episodes.Episode(**one), s) == eid
@@ -115,8 +124,8 @@ def test_the_curriculum_variant_and_its_held_out_twin_share_every_factor_but_no_
     for s in (train, held):
         d = episodes.decode(np.arange(s.num_episodes), s)
         states.append({tuple(row) for row in np.stack([d[k] for k in sorted(d)], axis=1).tolist()})
-        for k in ("object", "overlay", "position_pair"):
-            assert len(set(d[k].tolist())) == {"object": 16, "overlay": 16, "position_pair": 4}[k]
+        for k in ("object", "overlay", "position"):
+            assert len(set(d[k].tolist())) == {"object": 16, "overlay": 16, "position": 4}[k]
     assert len(states[0]) == len(states[1]) == 16 * 16 * 4 // 2
     assert not states[0] & states[1]
     with pytest.raises(ValueError, match="other parity"):
@@ -208,8 +217,9 @@ def test_green_screen_keeps_foreground_and_replaces_the_rest():
     rgb = torch.full((1, 2, 2, 3), 200, dtype=torch.uint8)
     seg = torch.tensor([[[[5], [7]], [[0], [9]]]], dtype=torch.int16)
     overlay = torch.full((1, 2, 2, 3), 10, dtype=torch.uint8)
-    out = composite(rgb, seg, overlay, torch.tensor([5, 9]))
+    out, keep = composite(rgb, seg, overlay, torch.tensor([5, 9]))
     assert out[0, :, :, 0].tolist() == [[200, 10], [10, 200]]
+    assert keep[0].tolist() == [[True, False], [False, True]]
 
 
 # ------------------------------------------------------------------ asset packs
@@ -242,7 +252,8 @@ def test_procedural_pack_has_the_official_shape(asset_root):
     pack = resolve_pack("procedural", asset_root)
     assert pack.kind == "procedural"
     assert len(pack.objects) == 25 and len({m.name for m in pack.objects}) == 25
-    assert len(pack.overlays) == 21 and len(pack.plates) >= 1
+    assert len(pack.overlays) == 21 and len(pack.plates) == 17  # the official pack's counts: 16 unseen plates
+    assert len({m.name for m in pack.plates}) == 17
     assert all((m.bbox_size > 0).all() for m in pack.objects + pack.plates)
     # Main-v3's plate is the first one; object names make the instruction
     assert pack.plates[0].name == "plate" and pack.objects[0].name == "carrot"
@@ -468,7 +479,7 @@ def test_reset_matches_the_episode_id(sim_env):
     split = episodes.get_split("train")
     pairs = episodes.position_pairs()
     far = int(np.argmax(np.linalg.norm(pairs[:, 0] - pairs[:, 1], axis=1)))  # object well off the plate
-    eid = episodes.encode(episodes.Episode(object=3, plate=0, overlay=5, position_pair=far, yaw=2), split)
+    eid = episodes.encode(episodes.Episode(object=3, plate=0, overlay=5, position=far, yaw=2), split)
     obs, info = sim_env.reset(seed=0, options={"state_ids": np.array([eid])})
     assert info["state_id"][0] == eid
     assert obs["instruction"] == ("put yellow carrot on plate",)
@@ -914,18 +925,50 @@ def test_vla_eval_reports_success_and_the_env_kwargs(asset_root, tmp_path, monke
     assert "not a vla-eval result (eval.json with rows)" in capsys.readouterr().err
 
 
-def test_texture_and_image_noise_blend_as_documented():
-    pytest.importorskip("mani_skill")
-    from vla_envs.tasks.put_on_plate.env import composite
+def _noise(tmp_path, texture: np.ndarray, mix: float, image_hw=(4, 8), crop=(0.0, 0.0, 1.0, 1.0)):
+    from PIL import Image
 
-    rgb = torch.full((1, 1, 2, 3), 200, dtype=torch.uint8)
-    seg = torch.tensor([[[[5], [0]]]], dtype=torch.int16)
-    overlay = torch.full((1, 1, 2, 3), 10, dtype=torch.uint8)
-    texture = torch.full((1, 1, 2, 3), 100, dtype=torch.uint8)
-    fg_only = composite(rgb, seg, overlay, torch.tensor([5]), texture, texture_mix=0.5)
-    assert fg_only[0, 0, :, 0].tolist() == [150, 10]
-    whole = composite(rgb, seg, overlay, torch.tensor([5]), texture, image_mix=0.3)
-    assert whole[0, 0, :, 0].tolist() == [170, 37]
+    from vla_envs.tasks.put_on_plate.assets import Overlay
+    from vla_envs.tasks.put_on_plate.vision_noise import VisionNoise
+
+    Image.fromarray(texture).save(tmp_path / "tex.png")
+    return VisionNoise([Overlay(tmp_path / "tex.png", tmp_path / "tex.png", mix)], image_hw, crop)
+
+
+def test_texture_noise_is_the_photos_own_texture_stretched_over_the_robot_and_objects(tmp_path):
+    """As the reference's VisionTexture: weight = the variant's factor x the photo's mix, the texture
+    stretched over the box around the kept pixels, only kept pixels changed."""
+    ramp = np.repeat(np.repeat(np.linspace(0, 255, 64).astype(np.uint8)[None, :, None], 48, 0), 3, 2)  # left dark
+    noise = _noise(tmp_path, ramp, mix=0.4)
+    rgb = torch.full((2, 4, 8, 3), 200, dtype=torch.uint8)
+    keep = torch.zeros(2, 4, 8, dtype=torch.bool)
+    keep[0, 1:3, 2:4] = True  # a box of columns 2-3
+    keep[1, 0:4, 0:8] = True  # the whole image
+    out = noise(rgb, keep, torch.tensor([0, 0]), texture_weight=0.5, image_weight=0.0).int()
+    assert (out[0][~keep[0]] == 200).all()  # the background is left alone
+    # weight 0.2: 0.8 * 200 + 0.2 * texture, the box's left column from the texture's left half
+    left, right = out[0, 1, 2, 0].item(), out[0, 1, 3, 0].item()
+    assert 160 <= left < 160 + 0.2 * 128 <= right <= 160 + 51
+    assert out[1, 0, 0, 0] < out[1, 0, 3, 0] < out[1, 0, 7, 0]  # stretched over each env's own box
+    assert torch.equal(noise(rgb, keep, torch.tensor([0, 0]), 0.0, 0.0), rgb)
+    assert torch.equal(_noise(tmp_path, ramp, mix=0.0)(rgb, keep, torch.tensor([0, 0]), 0.5, 0.0), rgb)
+
+
+def test_image_noise_is_a_window_of_the_double_size_texture_at_the_boxs_centre(tmp_path):
+    """As the reference's VisionWhole: every pixel blended, the window moving with the box."""
+    ramp = np.repeat(np.repeat(np.linspace(0, 255, 64).astype(np.uint8)[None, :, None], 48, 0), 3, 2)
+    noise = _noise(tmp_path, ramp, mix=0.2)
+    rgb = torch.full((2, 4, 8, 3), 100, dtype=torch.uint8)
+    keep = torch.zeros(2, 4, 8, dtype=torch.bool)
+    keep[0, :, 0] = True  # box at the left edge: the window starts at the texture's left
+    keep[1, :, 7] = True  # at the right edge: the window starts at the texture's middle
+    out = noise(rgb, keep, torch.tensor([0, 0]), texture_weight=0.0, image_weight=0.5).float()
+    weight = 0.1
+    texture = (out - (1 - weight) * 100) / weight  # what was blended in, up to the uint8 truncation
+    assert (texture[0, :, :, 0].mean() < 80) and (texture[1, :, :, 0].mean() > 150)
+    # each window spans half the texture: its left edge at 1/16 (box centre 0.5 px) or 15/16 / 2 of it
+    assert texture[0, 0, 0, 0].item() == pytest.approx(255 * (1 / 16 + 1 / 16) / 2, abs=12)
+    assert texture[1, 0, 0, 0].item() == pytest.approx(255 * (15 / 16 + 1 / 16) / 2, abs=12)
 
 
 @pytest.mark.slow
@@ -942,43 +985,62 @@ def test_every_variant_makes_resets_and_steps(asset_root, monkeypatch):
         try:
             obs, info = env.reset(seed=3)
             task = env.backend.envs[0]._env.unwrapped
-            on_table = lambda group: sum(float(a.pose.p[0, 2]) < 1.0 for a in group)  # noqa: E731
-            assert on_table(task.objects) == (2 if variant.distractor == "object" else 1), env_id
-            assert on_table(task.plates) == (2 if variant.distractor == "plate" else 1), env_id
-            assert int(task.sel["object"][0]) in variant.objects and int(task.sel["overlay"][0]) in variant.overlays
+            sel = {k: int(v[0]) for k, v in task.sel.items()}
+            cells = episodes.layout_xy(task.split.layout)[sel["position"]]
+            on_table = lambda group: [a for a in group if float(a.pose.p[0, 2]) < 1.0]  # noqa: E731
+            objects, plates = on_table(task.objects), on_table(task.plates)
+            assert len(objects) == (2 if variant.distractor == "object" else 1), env_id
+            assert len(plates) == (2 if variant.distractor == "plate" else 1), env_id
+            assert sel["object"] in task.split.objects and sel["overlay"] in task.split.overlays
+            assert sel["plate"] in task.split.plates and sel["yaw"] in task.split.yaw_ids
             assert obs["instruction"][0].startswith("put ") == (variant.env_id.find("Instruct") < 0), env_id
+            if variant.distractor:  # another model of the variant's, on the layout's third cell
+                group = task.objects if variant.distractor == "object" else task.plates
+                assert sel["distractor"] in task.split.distractor_pool and sel["distractor"] != sel[variant.distractor]
+                xy = group[sel["distractor"]].pose.p[0, :2].numpy()
+                assert np.linalg.norm(xy - cells[2]) < 0.01, env_id
             for _ in range(variant.move_object_at_step or 1):
-                start = task.objects[int(task.sel["object"][0])].pose.p[0].clone()
+                start = task.objects[sel["object"]].pose.p[0].clone()
                 out = env.chunk_step(np.zeros((1, 1, 7), np.float32))
             assert out.valid.all() and np.isfinite(out.rewards).all()
-            if variant.move_object_at_step:  # the object jumped to a cell more than 15 cm away, as the reference's
-                moved = task.objects[int(task.sel["object"][0])].pose.p[0]
-                assert float(torch.linalg.norm(moved[:2] - start[:2])) > variant.far_cell_min_m[0] - 0.005
-            if variant.distractor == "plate":  # not on the target plate: at least 15 cm from it
-                xy = [p.pose.p[0, :2] for p in task.plates if float(p.pose.p[0, 2]) < 1.0]
-                assert float(torch.linalg.norm(xy[0] - xy[1])) >= variant.far_cell_min_m[1] - 0.005
+            if variant.move_object_at_step:  # the object jumped to the third cell, more than 15 cm away
+                moved = task.objects[sel["object"]].pose.p[0, :2].numpy()
+                assert np.linalg.norm(moved - cells[2]) < 0.01
+                assert np.linalg.norm(moved - start[:2].numpy()) > 0.14
         finally:
             env.close()
 
 
-def test_the_distractor_plate_and_the_moved_object_keep_the_references_distances():
-    """The distractor plate went to the cell farthest from the object and the target plate, which
-    could be 9.5 cm from the target: two plates 11-12 cm across overlapped (11 % of pairs). The moved
-    object of PositionChange could land 9.5 cm from its start. Now every pair a variant draws has a
-    cell at the reference's distances, and that cell is the one used."""
-    from vla_envs.tasks.put_on_plate.episodes import far_cells, grid_xy, position_pairs
+def test_the_variants_draw_what_the_references_ood_evaluation_draws():
+    """The reference's ``obj_set="test"`` of each variant: its layouts (the same counts), unseen
+    plates, objects, yaws and photos."""
     from vla_envs.tasks.put_on_plate.variants import VARIANTS
 
-    for name, (from_object, from_plate) in (("MultiPlate", (0.07, 0.15)), ("PositionChange", (0.15, 0.07))):
-        variant = VARIANTS[f"PutOnPlateInScene25{name}-v3"]
-        assert variant.far_cell_min_m == (from_object, from_plate)
-        pairs = position_pairs()[list(variant.positions)]
-        cell = grid_xy()[far_cells(pairs, from_object, from_plate)]
-        assert (np.linalg.norm(cell - pairs[:, 0], axis=1) > from_object).all()
-        assert (np.linalg.norm(cell - pairs[:, 1], axis=1) >= from_plate - 1e-9).all()
-        dropped = sorted(set(range(len(position_pairs()))) - set(variant.positions))
-        assert dropped and (far_cells(position_pairs()[dropped], from_object, from_plate) == -1).all()
-    assert VARIANTS["PutOnPlateInScene25PositionChange-v3"].move_object_at_step == 5
+    sizes = {name: len(episodes.layout_xy(name)) for name in episodes.LAYOUTS}
+    assert sizes == {"grid": 784, "ring": 628, "third_far_from_object": 2104, "third_far_from_plate": 2104}
+    for name, (from_object, from_plate) in (("third_far_from_object", (0.15, 0.07)),
+                                            ("third_far_from_plate", (0.07, 0.15))):
+        t = episodes.layout_xy(name)
+        assert (np.linalg.norm(t[:, 0] - t[:, 1], axis=1) > 0.07).all()
+        assert (np.linalg.norm(t[:, 2] - t[:, 0], axis=1) > from_object - 1e-9).all()
+        assert (np.linalg.norm(t[:, 2] - t[:, 1], axis=1) > from_plate - 1e-9).all()
+    ring, grid = episodes.ring_xy(), episodes.grid_xy()
+    step = np.linalg.norm(ring[:, None] - grid[None], axis=-1).min(axis=1)  # to the nearest grid cell
+    assert ring.shape == (28, 2) and np.allclose(step[np.isclose(step, 0.03)], 0.03) and (step > 0.029).all()
+    assert np.isclose(step, 0.03).sum() == 24  # the 4 corners are a diagonal step out
+
+    def split(name, n_plates=17):
+        return VARIANTS[f"PutOnPlateInScene25{name}-v3"].split(n_plates)
+
+    assert split("Plate").plates == range(1, 17) and split("Plate", 4).plates == range(1, 4)
+    assert split("Position").layout == "ring" and {float(episodes.YAWS_RAD[y]) for y in split("Position").yaw_ids} == {
+        -np.pi / 8, -3 * np.pi / 8, -5 * np.pi / 8, -7 * np.pi / 8}
+    multi_carrot, multi_plate = split("MultiCarrot"), split("MultiPlate")
+    assert multi_carrot.num_episodes == 9 * 8 * 16 * 2104 * 4  # the reference's total_num_trials
+    assert multi_plate.num_episodes == 16 * 16 * 15 * 21 * 2104 * 4
+    assert split("PositionChange").layout == "third_far_from_object"
+    with pytest.raises(ValueError, match="has 1 plate"):
+        split("Plate", 1)
 
 
 def test_reach_report_bands_count_each_episode_once():

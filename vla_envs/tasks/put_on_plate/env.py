@@ -6,7 +6,8 @@ lowers it for training).
 
 **Randomizations** (all indexed by the episode id, see ``episodes.py``): the object (one of
 the split's objects), the plate, the table-photo overlay composited behind robot and objects,
-the (object, plate) pair of grid positions (784), the object's yaw (4).
+the cells of the object and the plate (784 pairs of a 6x6 grid), the object's yaw (4); the OOD
+variants (``variants.py``) draw others.
 
 **Success Conditions**: see ``rewards.object_on_plate``. Dense reward: ``rewards.dense_reward``
 of the reference's staged score, plus ``rewards.shaping_potential`` when ``reward_shaping`` > 0.
@@ -49,6 +50,7 @@ from vla_envs.tasks.put_on_plate.expert import OPEN, PHASES, ScriptedExpert
 from vla_envs.tasks.put_on_plate.options import REWARD_MODES
 from vla_envs.tasks.put_on_plate.robots import ensure_lowpoly_panda  # noqa: F401 (registers it)
 from vla_envs.tasks.put_on_plate.variants import get_variant
+from vla_envs.tasks.put_on_plate.vision_noise import VisionNoise
 
 TABLE_TOP_Z = 0.87
 PANDA_BASE = sapien.Pose(p=[0.30, 0.0, TABLE_TOP_Z], q=[0.0, 0.0, 0.0, 1.0])  # faces -x
@@ -78,13 +80,12 @@ class PutOnPlateInScene25Env(BaseEnv):
         self._constructed = False  # BaseEnv.__init__ resets once to build its spaces: no expert start then
         self._requested_sim_freq = sim_freq  # ManiSkill keeps its own _sim_freq
         self.variant = get_variant(variant)
-        self.split = self.variant.split()
+        self.split = self.variant.split(len(pack.plates))
         self.camera: CameraFile = load_camera_file(camera_file)
         self.image_hw = tuple(camera_hw)
         self.camera_crop = self.camera.check_crop(camera_crop)
         self.num_episodes = self.split.num_episodes
-        self._pairs = torch.as_tensor(episodes.position_pairs(), dtype=torch.float32) + self.variant.grid_offset_m
-        self._grid = torch.as_tensor(episodes.grid_xy(), dtype=torch.float32) + self.variant.grid_offset_m
+        self._layout = torch.tensor(episodes.layout_xy(self.split.layout), dtype=torch.float32)  # [n, 2|3, 2]
         yaws = torch.as_tensor(episodes.YAWS_RAD, dtype=torch.float32)
         self._yaw_quats = torch.stack([torch.cos(yaws / 2), 0 * yaws, 0 * yaws, torch.sin(yaws / 2)], 1)
         h, w = self.image_hw
@@ -97,7 +98,9 @@ class PutOnPlateInScene25Env(BaseEnv):
             return torch.as_tensor(np.array(image.resize((w, h), Image.BILINEAR, box=box)))
 
         self._overlays = torch.stack([view(o.image_file) for o in pack.overlays])  # uint8 [n_overlays, H, W, 3]
-        self._textures = torch.stack([view(o.texture_file) for o in pack.overlays])
+        self._noise = None
+        if self.variant.texture_noise or self.variant.image_noise:
+            self._noise = VisionNoise(pack.overlays, (h, w), fractions)
         super().__init__(*args, robot_uids=robot_uids, **kwargs)
         self._constructed = True
 
@@ -157,8 +160,7 @@ class PutOnPlateInScene25Env(BaseEnv):
         n = self.num_envs
         self.episode_id = torch.zeros(n, dtype=torch.int64)
         self.sel = {k: torch.zeros(n, dtype=torch.int64) for k in
-                    ("object", "plate", "overlay", "position_pair", "yaw", "distractor")}
-        self.distractor_xy = torch.zeros(n, 2)
+                    ("object", "plate", "overlay", "position", "yaw", "distractor")}
         self.grasp_streak = torch.zeros(n, dtype=torch.int32)
         self.ever_grasped = torch.zeros(n, dtype=torch.bool)
         self.ever_consecutive = torch.zeros(n, dtype=torch.bool)
@@ -199,14 +201,12 @@ class PutOnPlateInScene25Env(BaseEnv):
         self.episode_id[idx] = ids
         for k, v in decoded.items():
             self.sel[k][idx] = torch.as_tensor(v)
-        self._choose_distractor(idx)
         with torch.device(self.device):
-            pair = self._pairs[self.sel["position_pair"][idx]]  # [b, 2, 2]
+            cells = self._layout[self.sel["position"][idx]]  # [b, 2 or 3, 2]: object, plate, third
             quat = self._yaw_quats[self.sel["yaw"][idx]]  # [b, 4]
             ident = torch.tensor([1.0, 0, 0, 0]).repeat(b, 1)
             kind = self.variant.distractor
             extra = self.sel["distractor"][idx]
-            far = torch.cat([self.distractor_xy[idx], torch.zeros(b, 1)], 1).to(self.device)
             for group, chosen, row, xy_col, z, q, has_extra in (
                 (self.objects, self.sel["object"][idx], 0.0, 0, episodes.OBJECT_SPAWN_Z, quat, kind == "object"),
                 (self.plates, self.sel["plate"][idx], 1.0, 1, episodes.PLATE_SPAWN_Z, ident, kind == "plate"),
@@ -215,11 +215,12 @@ class PutOnPlateInScene25Env(BaseEnv):
                 for i, actor in enumerate(group):
                     here = (chosen == i).to(self.device)[:, None]
                     park = torch.tensor([PARK_X + row, 0.3 * i, _park_z(models[i])]).repeat(b, 1)
-                    spawn = torch.cat([pair[:, xy_col].to(self.device), torch.full((b, 1), z)], 1)
+                    spawn = torch.cat([cells[:, xy_col].to(self.device), torch.full((b, 1), z)], 1)
+                    if has_extra:  # the distractor stands on the third cell, turned like its kind's model
+                        other = (extra == i).to(self.device)[:, None]
+                        third = torch.cat([cells[:, 2].to(self.device), torch.full((b, 1), z)], 1)
+                        spawn, here = torch.where(other, third, spawn), here | other
                     pos, rot = torch.where(here, spawn, park), torch.where(here, q.to(self.device), ident)
-                    if has_extra:  # the distractor stands on the grid cell farthest from both
-                        other = (extra == i).to(self.device)[:, None] & ~here
-                        pos = torch.where(other, far + torch.tensor([0.0, 0.0, z]), pos)
                     actor.set_pose(Pose.create_from_pq(p=pos, q=rot))
                     # a moved body keeps its velocity: zero it, or the previous episode leaks in
                     actor.set_linear_velocity(torch.zeros(b, 3))
@@ -285,28 +286,6 @@ class PutOnPlateInScene25Env(BaseEnv):
             grip = action[:, 6].copy()
             obs, *_ = self.step(torch.as_tensor(to_maniskill_action(action), device=self.device))
         return obs
-
-    def _choose_distractor(self, idx: torch.Tensor) -> None:
-        """The distractor model (another object of the split, or the next plate) and its grid
-        cell (the one farthest from both the object's and the plate's), per env."""
-        kind = self.variant.distractor
-        if not kind:
-            return
-        if kind == "object":
-            objs = self.split.objects
-            offset = (self.sel["object"][idx] - objs.start + 1 + self.sel["yaw"][idx]) % len(objs)
-            self.sel["distractor"][idx] = objs.start + torch.where(
-                offset == self.sel["object"][idx] - objs.start, (offset + 1) % len(objs), offset)
-        else:
-            self.sel["distractor"][idx] = (self.sel["plate"][idx] + 1) % len(self.plates)
-        self.distractor_xy[idx] = self._far_cell_xy(idx)
-
-    def _far_cell_xy(self, idx: torch.Tensor) -> torch.Tensor:
-        """Per env in ``idx``, the variant's far cell (``Variant.far_cell_min_m``) of its positions, [b, 2]."""
-        pair = episodes.position_pairs()[self.sel["position_pair"][idx].cpu().numpy()]  # [b, 2, 2], unshifted
-        cells = episodes.far_cells(pair, *self.variant.far_cell_min_m)
-        assert (cells >= 0).all(), "the variant's positions keep only pairs with a far cell"
-        return self._grid[torch.as_tensor(cells)]
 
     def _sleep_parked(self) -> None:
         """Put parked models to sleep (CPU PhysX: one body per actor) so they cost nothing."""
@@ -419,16 +398,16 @@ class PutOnPlateInScene25Env(BaseEnv):
                 "base_yaw": np.full(self.num_envs, np.pi)}
 
     def _maybe_move_object(self, new: torch.Tensor) -> None:
-        """PositionChange variant: at the configured step the object jumps to the far cell, out of the
-        gripper if held, as the reference's (the policy must re-target). ``new``: the envs whose step
-        this is the first evaluate() of (it moves once)."""
+        """PositionChange variant: at the configured step the object jumps to the layout's third cell,
+        out of the gripper if held, as the reference's (the policy must re-target). ``new``: the envs
+        whose step this is the first evaluate() of (it moves once)."""
         k = self.variant.move_object_at_step
         if not k:
             return
         move = new & (self.elapsed_steps.cpu() == k)
         if not move.any():
             return
-        far = self._far_cell_xy(torch.arange(self.num_envs))
+        far = self._layout[self.sel["position"], 2]  # [N, 2]
         for i, obj in enumerate(self.objects):
             sel = move & (self.sel["object"] == i)
             if sel.any():
@@ -456,8 +435,10 @@ class PutOnPlateInScene25Env(BaseEnv):
         cam = data[CAMERA_UID]
         if "segmentation" in cam:
             sel = self.sel["overlay"]
-            cam["rgb"] = composite(cam["rgb"], cam["segmentation"], self._overlays[sel], self._foreground_ids,
-                                   self._textures[sel], self.variant.texture_mix, self.variant.image_mix)
+            rgb, keep = composite(cam["rgb"], cam["segmentation"], self._overlays[sel], self._foreground_ids)
+            if self._noise is not None:
+                rgb = self._noise(rgb, keep, sel, self.variant.texture_noise, self.variant.image_noise)
+            cam["rgb"] = rgb
         return data
 
 
@@ -467,26 +448,14 @@ def _park_z(info) -> float:
 
 
 def composite(rgb: torch.Tensor, segmentation: torch.Tensor, overlay: torch.Tensor,
-              foreground_ids: torch.Tensor, texture: torch.Tensor | None = None,
-              texture_mix: float = 0.0, image_mix: float = 0.0) -> torch.Tensor:
-    """Green screen: keep pixels whose actor id is in ``foreground_ids``, else the overlay;
-    optionally blend ``texture`` into the foreground (``texture_mix``) or everywhere
-    (``image_mix``), the Vision OOD noises.
+              foreground_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Green screen: keep pixels whose actor id is in ``foreground_ids``, else the overlay.
 
-    Shapes: rgb uint8 ``[B, H, W, 3]``, segmentation ``[B, H, W, 1]``, overlay and texture uint8
-    ``[B, H, W, 3]``, foreground_ids ``[K]`` -> uint8 ``[B, H, W, 3]``.
+    Shapes: rgb uint8 ``[B, H, W, 3]``, segmentation ``[B, H, W, 1]``, overlay uint8
+    ``[B, H, W, 3]``, foreground_ids ``[K]`` -> (uint8 ``[B, H, W, 3]``, the kept pixels bool ``[B, H, W]``).
     """
     keep = torch.isin(segmentation[..., 0].to(torch.int32), foreground_ids.to(segmentation.device))
-    out = torch.where(keep[..., None], rgb, overlay.to(rgb.device))
-    if texture is None or not (texture_mix or image_mix):
-        return out
-    tex = texture.to(rgb.device).float()
-    mixed = out.float()
-    if texture_mix:
-        mixed = torch.where(keep[..., None], (1 - texture_mix) * mixed + texture_mix * tex, mixed)
-    if image_mix:
-        mixed = (1 - image_mix) * mixed + image_mix * tex
-    return mixed.round().clamp(0, 255).to(torch.uint8)
+    return torch.where(keep[..., None], rgb, overlay.to(rgb.device)), keep
 
 
 def _quat_to_matrix(q: torch.Tensor) -> torch.Tensor:

@@ -1,17 +1,18 @@
-"""Initial states of PutOnPlateInScene25 as data: splits, the position grid, yaws, and the
+"""Initial states of PutOnPlateInScene25 as data: splits, the position layouts, yaws, and the
 mixed-radix ``episode_id`` that indexes them.
 
 An ``episode_id`` of a split decodes, most significant digit first, into
-``(object, plate, overlay, position pair, yaw)`` with radices
-``(n_objects, n_plates, n_overlays, n_position_pairs, n_yaws)``; digits index the split's
-ranges and tuples. Train: 16 objects x 1 plate x 16 overlays x 784 pairs x 4 yaws = 802,816 ids.
-Pure numpy; shared by the simulator, the tests and the eval tools.
+``(object, plate, distractor, overlay, position, yaw)`` with radices
+``(n_objects, n_plates, n_distractors, n_overlays, n_positions, n_yaws)``; digits index the
+split's ranges and tuples (``n_distractors`` is 1 when the split has none). Train: 16 objects x
+1 plate x 16 overlays x 784 positions x 4 yaws = 802,816 ids. Pure numpy; shared by the
+simulator, the tests and the eval tools.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,41 +21,76 @@ GRID_CENTER_XY = np.array([-0.16, 0.0])
 GRID_HALF_EDGE_M = 0.075
 GRID_SIDE = 6
 MIN_PAIR_DISTANCE_M = 0.070
-YAWS_RAD = np.array([0.0, np.pi / 4, np.pi / 2, 3 * np.pi / 4])
+FAR_M = 0.15
+"""How far the third cell of a triplet layout is from the object or the plate it keeps away from."""
+YAWS_RAD = np.array([0.0, np.pi / 4, np.pi / 2, 3 * np.pi / 4,
+                     -np.pi / 8, -3 * np.pi / 8, -5 * np.pi / 8, -7 * np.pi / 8])
+TRAIN_YAWS, UNSEEN_YAWS = (0, 1, 2, 3), (4, 5, 6, 7)
+"""Indices into ``YAWS_RAD``: the training yaws, and the ones only the Position variant draws."""
 OBJECT_SPAWN_Z = 0.90
 PLATE_SPAWN_Z = 0.90
 
 
+def _cells_xy(steps: np.ndarray, keep: Callable[[float, float], bool] = lambda a, b: True) -> np.ndarray:
+    """Cells at grid steps (in units of the grid's edge, 0..1 inside it), row-major, float [n, 2].
+    Computed as the reference computes its cells, so that distances of exactly 15 cm fall on the
+    same side of its strict comparisons (which decides 2104 triplets rather than 1896 or 2760)."""
+    units = np.array([(a, b) for a in steps for b in steps if keep(a, b)])
+    return (units * 2 - 1) * GRID_HALF_EDGE_M + GRID_CENTER_XY
+
+
 def grid_xy() -> np.ndarray:
     """The 6x6 grid of (x, y) positions, float ``[36, 2]``, row-major, around the center."""
-    unit = np.linspace(-1.0, 1.0, GRID_SIDE)
-    gx, gy = np.meshgrid(unit, unit, indexing="ij")
-    return np.stack([gx.ravel(), gy.ravel()], axis=1) * GRID_HALF_EDGE_M + GRID_CENTER_XY
+    return _cells_xy(np.arange(GRID_SIDE) / (GRID_SIDE - 1))
 
 
-def position_pairs() -> np.ndarray:
-    """Ordered (object, plate) grid positions more than 7 cm apart, float ``[784, 2, 2]``."""
-    xy = grid_xy()
-    pairs = [(a, b) for i, a in enumerate(xy) for j, b in enumerate(xy)
+def ring_xy() -> np.ndarray:
+    """The 28 cells one grid step outside the grid (the Position variant's unseen positions),
+    float ``[28, 2]``, row-major over the 8x8 grid they border."""
+    steps = np.arange(-1, GRID_SIDE + 1) / (GRID_SIDE - 1)
+    return _cells_xy(steps, lambda a, b: min(a, b) < 0 or max(a, b) > 1)
+
+
+def _pairs(cells: np.ndarray) -> np.ndarray:
+    pairs = [(a, b) for i, a in enumerate(cells) for j, b in enumerate(cells)
              if i != j and np.linalg.norm(b - a) > MIN_PAIR_DISTANCE_M]
     return np.asarray(pairs)
 
 
-def far_cells(pairs: np.ndarray, from_object_m: float = 0.0, from_plate_m: float = 0.0) -> np.ndarray:
-    """Per (object, plate) pair, the grid cell farthest from both of them among those more than
-    ``from_object_m`` from the object and at least ``from_plate_m`` from the plate, or -1 where no cell
-    is: where a distractor or a moved object goes. ``pairs``: float ``[b, 2, 2]``; returns int ``[b]``."""
+def position_pairs() -> np.ndarray:
+    """Ordered (object, plate) grid positions more than 7 cm apart, float ``[784, 2, 2]``."""
+    return _pairs(grid_xy())
+
+
+def position_triplets(third_from_object_m: float, third_from_plate_m: float) -> np.ndarray:
+    """Every (object, plate, third) of grid cells with the object and the plate more than 7 cm
+    apart and the third cell more than the given distances from each, float ``[n, 3, 2]``, in
+    (object, plate, third) row-major order. The third cell is where a distractor stands or where
+    the object is moved to."""
     grid = grid_xy()
-    d_object = np.linalg.norm(grid[None] - pairs[:, None, 0], axis=-1)  # [b, 36]
-    d_plate = np.linalg.norm(grid[None] - pairs[:, None, 1], axis=-1)
-    allowed = (d_object > from_object_m) & (d_plate >= from_plate_m - 1e-9)
-    score = np.where(allowed, np.minimum(d_object, d_plate), -np.inf)
-    return np.where(allowed.any(axis=1), score.argmax(axis=1), -1)
+    return np.asarray([(a, b, c) for a, b in _pairs(grid) for c in grid
+                       if np.linalg.norm(c - b) > third_from_plate_m and np.linalg.norm(a - c) > third_from_object_m])
 
 
-def pairs_with_far_cell(from_object_m: float, from_plate_m: float) -> tuple[int, ...]:
-    """Indices into ``position_pairs()`` of the pairs that have a ``far_cells`` cell."""
-    return tuple(int(k) for k in np.flatnonzero(far_cells(position_pairs(), from_object_m, from_plate_m) >= 0))
+LAYOUTS: dict[str, Callable[[], np.ndarray]] = {
+    "grid": position_pairs,
+    "ring": lambda: _pairs(ring_xy()),
+    "third_far_from_object": lambda: position_triplets(FAR_M, MIN_PAIR_DISTANCE_M),
+    "third_far_from_plate": lambda: position_triplets(MIN_PAIR_DISTANCE_M, FAR_M),
+}
+"""Position layouts by name: ``"grid"`` (784 object-plate pairs), ``"ring"`` (628 pairs of the
+ring cells), and two triplet tables whose third cell is more than 15 cm from the object (and 7 cm
+from the plate) or from the plate (and 7 cm from the object): 2104 each."""
+
+
+@functools.lru_cache(maxsize=None)
+def layout_xy(name: str) -> np.ndarray:
+    """The layout ``name`` (``LAYOUTS``), float ``[n, 2 or 3, 2]``: (object, plate[, third]) xy."""
+    if name not in LAYOUTS:
+        raise ValueError(f"unknown position layout {name!r}; valid: {sorted(LAYOUTS)}")
+    table = LAYOUTS[name]()
+    table.setflags(write=False)
+    return table
 
 
 def pairs_between(object_cells: Sequence[int], plate_cells: Sequence[int]) -> tuple[int, ...]:
@@ -81,10 +117,12 @@ def pairs_between(object_cells: Sequence[int], plate_cells: Sequence[int]) -> tu
 
 @dataclass(frozen=True)
 class Split:
-    """Which objects, plates and table overlays (index ranges), position pairs and yaws
-    (indices into ``position_pairs()`` and ``YAWS_RAD``; ``None``: all) a split draws from.
+    """Which objects, plates and table overlays (index ranges), positions and yaws (indices into
+    ``layout_xy(layout)`` and ``YAWS_RAD``; ``None``: all positions, the training yaws) a split
+    draws from, and whether a distractor (``"object"`` or ``"plate"``: another model of the
+    split's objects or plates, each other one by a digit of its own) stands on the layout's third cell.
 
-    ``parity`` (0 or 1) keeps only the combinations whose five digits sum to an even (0) or odd
+    ``parity`` (0 or 1) keeps only the combinations whose digits sum to an even (0) or odd
     (1) number: a checkerboard over the product, so the two parities of one product share every
     object, overlay, position and yaw but no initial state (a train / held-out pair).
     """
@@ -96,20 +134,37 @@ class Split:
     positions: tuple[int, ...] | None = None
     yaws: tuple[int, ...] | None = None
     parity: int | None = None
+    layout: str = "grid"
+    distractor: str = ""
+
+    def __post_init__(self):
+        if self.distractor not in ("", "object", "plate"):
+            raise ValueError(f"split {self.name!r}: distractor must be '', 'object' or 'plate', got {self.distractor!r}")
+        if self.distractor and len(self.distractor_pool) < 2:
+            raise ValueError(f"split {self.name!r}: a distractor {self.distractor} needs at least two "
+                             f"{self.distractor}s, the split has {list(self.distractor_pool)}")
+        if self.distractor and layout_xy(self.layout).shape[1] < 3:
+            raise ValueError(f"split {self.name!r}: a distractor needs a layout with a third cell, "
+                             f"not {self.layout!r}")
+
+    @property
+    def distractor_pool(self) -> range:
+        return {"object": self.objects, "plate": self.plates}.get(self.distractor, range(0))
 
     @property
     def position_ids(self) -> np.ndarray:
-        return np.arange(len(position_pairs())) if self.positions is None else np.asarray(self.positions)
+        n = len(layout_xy(self.layout))
+        return np.arange(n) if self.positions is None else np.asarray(self.positions)
 
     @property
     def yaw_ids(self) -> np.ndarray:
-        return np.arange(len(YAWS_RAD)) if self.yaws is None else np.asarray(self.yaws)
+        return np.asarray(TRAIN_YAWS if self.yaws is None else self.yaws)
 
     @property
-    def radices(self) -> tuple[int, int, int, int, int]:
+    def radices(self) -> tuple[int, int, int, int, int, int]:
         """Of the whole product (before ``parity``)."""
-        return (len(self.objects), len(self.plates), len(self.overlays),
-                len(self.position_ids), len(self.yaw_ids))
+        return (len(self.objects), len(self.plates), max(len(self.distractor_pool) - 1, 1),
+                len(self.overlays), len(self.position_ids), len(self.yaw_ids))
 
     @functools.cached_property
     def product_ids(self) -> np.ndarray | None:
@@ -148,18 +203,21 @@ def get_split(name: str, n_plates: int = 1) -> Split:
 
 @dataclass(frozen=True)
 class Episode:
-    """A decoded initial state: global object/plate/overlay indices, the pair, the yaw."""
+    """A decoded initial state: global object/plate/overlay indices, the position (into the
+    split's layout), the yaw (into ``YAWS_RAD``), the distractor model (-1: none)."""
 
     object: int
     plate: int
     overlay: int
-    position_pair: int
+    position: int
     yaw: int
+    distractor: int = -1
 
 
 def decode(episode_ids: np.ndarray, split: Split) -> dict[str, np.ndarray]:
     """Episode ids int ``[B]`` -> dict of int ``[B]`` arrays: object, plate, overlay (global
-    indices into the pack), position_pair (into ``position_pairs()``), yaw (into ``YAWS_RAD``)."""
+    indices into the pack), position (into ``layout_xy(split.layout)``), yaw (into ``YAWS_RAD``),
+    distractor (global index of the other object or plate, -1 without one)."""
     ids = np.asarray(episode_ids, dtype=np.int64)
     if ids.size and (ids.min() < 0 or ids.max() >= split.num_episodes):
         bad = ids[(ids < 0) | (ids >= split.num_episodes)][:5].tolist()
@@ -167,14 +225,18 @@ def decode(episode_ids: np.ndarray, split: Split) -> dict[str, np.ndarray]:
                          f"(0..{split.num_episodes - 1})")
     if split.product_ids is not None:
         ids = split.product_ids[ids]
-    n_obj, n_plate, n_over, n_pair, n_yaw = split.radices
-    return {
-        "yaw": split.yaw_ids[ids % n_yaw],
-        "position_pair": split.position_ids[(ids // n_yaw) % n_pair],
-        "overlay": (ids // (n_yaw * n_pair)) % n_over + split.overlays.start,
-        "plate": (ids // (n_yaw * n_pair * n_over)) % n_plate + split.plates.start,
-        "object": ids // (n_yaw * n_pair * n_over * n_plate) + split.objects.start,
-    }
+    digits = []
+    for r in split.radices[::-1]:
+        digits.append(ids % r)
+        ids = ids // r
+    yaw, position, overlay, extra, plate, obj = digits
+    out = {"object": obj + split.objects.start, "plate": plate + split.plates.start,
+           "overlay": overlay + split.overlays.start, "position": split.position_ids[position],
+           "yaw": split.yaw_ids[yaw], "distractor": np.full_like(obj, -1)}
+    if split.distractor:
+        pool = split.distractor_pool
+        out["distractor"] = pool.start + (out[split.distractor] - pool.start + 1 + extra) % len(pool)
+    return out
 
 
 def arm_pose_offsets(episode_ids: np.ndarray, noise_rad: float) -> np.ndarray:
@@ -205,10 +267,20 @@ def encode(episode: Episode, split: Split) -> int:
             raise ValueError(f"{name} {value} outside split {split.name!r}")
         return int(hit[0])
 
-    digits = (episode.object - split.objects.start, episode.plate - split.plates.start,
-              episode.overlay - split.overlays.start, digit(split.position_ids, episode.position_pair, "position_pair"),
+    extra = 0
+    if split.distractor:
+        pool = split.distractor_pool
+        chosen = getattr(episode, split.distractor)
+        if episode.distractor not in pool or episode.distractor == chosen:
+            raise ValueError(f"distractor {episode.distractor} is not another {split.distractor} of split "
+                             f"{split.name!r} ({list(pool)})")
+        extra = (episode.distractor - chosen - 1) % len(pool)
+    elif episode.distractor != -1:
+        raise ValueError(f"split {split.name!r} has no distractor (got {episode.distractor})")
+    digits = (episode.object - split.objects.start, episode.plate - split.plates.start, extra,
+              episode.overlay - split.overlays.start, digit(split.position_ids, episode.position, "position"),
               digit(split.yaw_ids, episode.yaw, "yaw"))
-    for d, r, name in zip(digits[:3], split.radices, ("object", "plate", "overlay")):
+    for d, r, name in zip(digits[:4], split.radices, ("object", "plate", "distractor", "overlay")):
         if not 0 <= d < r:
             raise ValueError(f"{name} {d} outside split {split.name!r}")
     eid = 0

@@ -34,10 +34,9 @@ def make_put_on_plate_vector_env(num_envs: int = 1, *, variant: str = "PutOnPlat
     spec = get_variant(variant)  # unknown variant: error listing the valid ones, before any work
     options.check_camera()
     pack = resolve_pack(options.assets, Path(options.asset_root) if options.asset_root else None)
-    needed = max(spec.plates.stop, 2 if spec.distractor == "plate" else 0)
-    if needed > len(pack.plates) or spec.objects.stop > len(pack.objects):
-        raise ValueError(f"{variant} needs {needed} plates and {spec.objects.stop} objects; the "
-                         f"{pack.kind} pack has {len(pack.plates)} and {len(pack.objects)}")
+    if spec.objects.stop > len(pack.objects):
+        raise ValueError(f"{variant} needs {spec.objects.stop} objects; the {pack.kind} pack has {len(pack.objects)}")
+    spec.split(len(pack.plates))  # refuses a variant that needs more plates than the pack has
     env = make_maniskill_vector_env(
         TASK_ID, None, num_envs, sim_backend=sim_backend, vectorization=vectorization,
         render_backend=render_backend, image_size=None, reward_mode=options.reward_mode,

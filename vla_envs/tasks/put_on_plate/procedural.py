@@ -1,4 +1,4 @@
-"""The procedural asset pack: 25 named graspable objects, plates and 21 table-photo-like
+"""The procedural asset pack: 25 named graspable objects, 17 plates and 21 table-photo-like
 overlays, generated deterministically from code (no network), in the official layout.
 
 Objects are simple solids (tapered cones, capsules, ellipsoids, boxes) sized like the
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-VERSION = 2
+VERSION = 3
 
 # name, shape, (length, width, height) in metres, RGB colour
 OBJECTS: list[tuple[str, str, tuple[float, float, float], tuple[int, int, int]]] = [
@@ -48,7 +48,8 @@ OBJECTS: list[tuple[str, str, tuple[float, float, float], tuple[int, int, int]]]
     ("tofu block", "box", (0.065, 0.040, 0.028), (245, 245, 230)),
     ("chili pepper", "cone", (0.080, 0.018, 0.018), (220, 20, 20)),
 ]
-# name, radius (m), RGB colour; the first one is Main-v3's plate. Radius + the success test's
+# name, radius (m), RGB colour; the first one is Main-v3's plate, the other 16 the unseen plates
+# of the Plate and MultiPlate variants (as many as the official pack's). Radius + the success test's
 # 1 cm xy margin stays below the grid's 7 cm minimum object-plate distance, so no initial state
 # counts as solved before the robot has moved.
 PLATES: list[tuple[str, float, tuple[int, int, int]]] = [
@@ -56,6 +57,19 @@ PLATES: list[tuple[str, float, tuple[int, int, int]]] = [
     ("blue plate", 0.055, (90, 130, 210)),
     ("green plate", 0.059, (120, 180, 120)),
     ("black plate", 0.057, (40, 40, 45)),
+    ("red plate", 0.056, (200, 50, 45)),
+    ("yellow plate", 0.058, (240, 210, 70)),
+    ("orange plate", 0.055, (240, 140, 50)),
+    ("purple plate", 0.057, (130, 80, 170)),
+    ("pink plate", 0.059, (240, 160, 190)),
+    ("grey plate", 0.056, (140, 140, 145)),
+    ("brown plate", 0.058, (120, 80, 50)),
+    ("teal plate", 0.055, (40, 150, 150)),
+    ("cream plate", 0.060, (245, 230, 200)),
+    ("navy plate", 0.057, (30, 40, 110)),
+    ("olive plate", 0.056, (130, 130, 50)),
+    ("light blue plate", 0.059, (160, 200, 240)),
+    ("maroon plate", 0.058, (120, 30, 40)),
 ]
 N_OVERLAYS = 21
 OVERLAY_HW = (480, 640)

@@ -10,11 +10,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vla_envs.tasks.put_on_plate.episodes import MIN_PAIR_DISTANCE_M, Split, pairs_between, pairs_with_far_cell
+from vla_envs.tasks.put_on_plate.episodes import UNSEEN_YAWS, Split, pairs_between
 
 CATEGORIES = ("vision", "semantic", "execution")
 TRAIN_OBJECTS, TEST_OBJECTS = range(0, 16), range(16, 25)
 TRAIN_OVERLAYS, TEST_OVERLAYS = range(0, 16), range(16, 21)
+ALL_OVERLAYS = range(0, 21)
+UNSEEN_PLATES = "unseen"
+"""``Variant.plates``: every plate of the asset pack but the first, the training plate (16 in the
+official pack, 3 in the procedural one)."""
 PARAPHRASES = (
     "place the {object} onto the {plate}",
     "move the {object} to the {plate}",
@@ -26,43 +30,55 @@ PARAPHRASES = (
 
 @dataclass(frozen=True)
 class Variant:
-    """One evaluation condition."""
+    """One evaluation condition. The OOD variants draw what the reference's evaluation draws (its
+    ``obj_set="test"``), from our own asset pack and robot."""
 
     env_id: str
     category: str
     """``"in-distribution"`` or one of ``CATEGORIES``."""
     objects: range = TRAIN_OBJECTS
-    plates: range = range(0, 1)
+    plates: range | str = range(0, 1)
+    """A range of plate indices, or ``UNSEEN_PLATES``."""
     overlays: range = TRAIN_OVERLAYS
-    texture_mix: float = 0.0
-    """Blend of the episode's texture image into robot/object pixels (dynamic texture noise)."""
-    image_mix: float = 0.0
-    """Blend of the texture image into the whole image (whole-image noise)."""
+    texture_noise: float = 0.0
+    """Dynamic texture noise: the episode's texture image, stretched over the box around the robot
+    and objects in view, blended into their pixels with weight ``texture_noise`` x the overlay's
+    own ``mix`` (the pack's per-photo noise strength)."""
+    image_noise: float = 0.0
+    """Whole-image noise: a view-sized window of the episode's texture image at twice the view's
+    size, starting at the centre of that box, blended into every pixel with weight
+    ``image_noise`` x the overlay's ``mix``."""
     instructions: tuple[str, ...] = ("put {object} on {plate}",)
     """Templates, chosen per episode by its yaw digit and object (deterministic)."""
     distractor: str = ""
-    """``"object"`` or ``"plate"``: one more of that kind on the table."""
-    far_cell_min_m: tuple[float, float] = (0.0, 0.0)
-    """Where the distractor goes, or the object moves to: the grid cell farthest from the object's and
-    the plate's start among those more than the first distance from the object and at least the
-    second from the plate (``episodes.far_cells``); ``positions`` keeps the pairs that have one."""
-    grid_offset_m: float = 0.0
-    """Shift of the position grid (unseen positions)."""
+    """``"object"`` or ``"plate"``: another of that kind (of this variant's objects or plates) on
+    the layout's third cell."""
+    layout: str = "grid"
+    """Where the object, the plate and a third cell stand (``episodes.LAYOUTS``)."""
     init_qpos_noise_rad: float = 0.0
     """Per-episode offsets of the arm's initial joints (unseen initial pose): every joint moved by half to
     all of this, in a direction drawn per episode id (``episodes.arm_pose_offsets``)."""
     move_object_at_step: int = 0
-    """Teleport the object to the far cell at this step, held or not (0: never)."""
+    """Teleport the object to the layout's third cell at this step, held or not (0: never)."""
     positions: tuple[int, ...] | None = None
-    """Indices into ``episodes.position_pairs()`` the episodes draw from (``None``: all 784)."""
+    """Indices into the layout the episodes draw from (``None``: all)."""
     yaws: tuple[int, ...] | None = None
-    """Indices into ``episodes.YAWS_RAD`` the object's yaw is drawn from (``None``: all 4)."""
+    """Indices into ``episodes.YAWS_RAD`` the object's yaw is drawn from (``None``: the 4 training yaws)."""
     parity: int | None = None
     """Only the states of this digit-sum parity (``episodes.Split``): a train / held-out pair."""
 
-    def split(self) -> Split:
-        return Split(self.env_id, self.objects, self.plates, self.overlays, self.positions, self.yaws,
-                     self.parity)
+    def split(self, n_plates: int = 1) -> Split:
+        """The episodes of this variant with a pack of ``n_plates`` plates."""
+        plates = self.plates
+        if plates == UNSEEN_PLATES:
+            if n_plates < 2:
+                raise ValueError(f"{self.env_id} draws the asset pack's unseen plates, and the pack has "
+                                 f"{n_plates} plate(s): at least 2 are needed")
+            plates = range(1, n_plates)
+        elif plates.stop > n_plates:
+            raise ValueError(f"{self.env_id} draws plates {list(plates)}; the asset pack has {n_plates}")
+        return Split(self.env_id, self.objects, plates, self.overlays, self.positions, self.yaws,
+                     self.parity, self.layout, self.distractor)
 
 
 def _v(name: str, category: str, **kw) -> Variant:
@@ -74,24 +90,23 @@ VARIANTS: dict[str, Variant] = {v.env_id: v for v in [
     _v("MainTest", "in-distribution", objects=TEST_OBJECTS, overlays=TEST_OVERLAYS),
     # Vision
     _v("VisionImage", "vision", overlays=TEST_OVERLAYS),
-    _v("VisionTexture03", "vision", texture_mix=0.3),
-    _v("VisionTexture05", "vision", texture_mix=0.5),
-    _v("VisionWhole03", "vision", image_mix=0.3),
-    _v("VisionWhole05", "vision", image_mix=0.5),
+    _v("VisionTexture03", "vision", texture_noise=0.3),
+    _v("VisionTexture05", "vision", texture_noise=0.5),
+    _v("VisionWhole03", "vision", image_noise=0.3),
+    _v("VisionWhole05", "vision", image_noise=0.5),
     # Semantic
     _v("Carrot", "semantic", objects=TEST_OBJECTS),
-    _v("Plate", "semantic", plates=range(1, 4)),
+    _v("Plate", "semantic", plates=UNSEEN_PLATES),
     _v("Instruct", "semantic", instructions=PARAPHRASES),
-    _v("MultiCarrot", "semantic", distractor="object"),
-    # the reference's layouts: the extra plate at least 15 cm from the target plate, the moved object
-    # more than 15 cm from where it stood, each more than 7 cm from the other model
-    _v("MultiPlate", "semantic", distractor="plate", plates=range(0, 1), far_cell_min_m=(MIN_PAIR_DISTANCE_M, 0.15),
-       positions=pairs_with_far_cell(MIN_PAIR_DISTANCE_M, 0.15)),
+    # the reference's layouts: the extra object more than 15 cm from the object, the extra plate more
+    # than 15 cm from the target plate, each more than 7 cm from the other model
+    _v("MultiCarrot", "semantic", objects=TEST_OBJECTS, distractor="object", layout="third_far_from_object"),
+    _v("MultiPlate", "semantic", plates=UNSEEN_PLATES, overlays=ALL_OVERLAYS, distractor="plate",
+       layout="third_far_from_plate"),
     # Execution
-    _v("Position", "execution", grid_offset_m=0.015),
+    _v("Position", "execution", layout="ring", yaws=UNSEEN_YAWS),
     _v("EEPose", "execution", init_qpos_noise_rad=0.15),
-    _v("PositionChange", "execution", move_object_at_step=5, far_cell_min_m=(0.15, MIN_PAIR_DISTANCE_M),
-       positions=pairs_with_far_cell(0.15, MIN_PAIR_DISTANCE_M)),
+    _v("PositionChange", "execution", move_object_at_step=5, layout="third_far_from_object"),
 ]}
 
 
