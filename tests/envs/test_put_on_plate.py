@@ -957,18 +957,19 @@ def test_texture_noise_is_the_photos_own_texture_stretched_over_the_robot_and_ob
 def test_image_noise_is_a_window_of_the_double_size_texture_at_the_boxs_centre(tmp_path):
     """As the reference's VisionWhole: every pixel blended, the window moving with the box."""
     ramp = np.repeat(np.repeat(np.linspace(0, 255, 64).astype(np.uint8)[None, :, None], 48, 0), 3, 2)
-    noise = _noise(tmp_path, ramp, mix=0.2)
     rgb = torch.full((2, 4, 8, 3), 100, dtype=torch.uint8)
     keep = torch.zeros(2, 4, 8, dtype=torch.bool)
-    keep[0, :, 0] = True  # box at the left edge: the window starts at the texture's left
-    keep[1, :, 7] = True  # at the right edge: the window starts at the texture's middle
-    out = noise(rgb, keep, torch.tensor([0, 0]), texture_weight=0.0, image_weight=0.5).float()
-    weight = 0.1
-    texture = (out - (1 - weight) * 100) / weight  # what was blended in, up to the uint8 truncation
-    assert (texture[0, :, :, 0].mean() < 80) and (texture[1, :, :, 0].mean() > 150)
-    # each window spans half the texture: its left edge at 1/16 (box centre 0.5 px) or 15/16 / 2 of it
-    assert texture[0, 0, 0, 0].item() == pytest.approx(255 * (1 / 16 + 1 / 16) / 2, abs=12)
-    assert texture[1, 0, 0, 0].item() == pytest.approx(255 * (15 / 16 + 1 / 16) / 2, abs=12)
+    keep[0, :, 0] = True  # box at the left edge: the window starts near the texture's left
+    keep[1, :, 7] = True  # at the right edge: the window starts near the texture's middle
+    ids = torch.tensor([0, 0])
+    half = _noise(tmp_path, ramp, mix=0.2)(rgb, keep, ids, texture_weight=0.0, image_weight=0.5).float()
+    assert ((half - 0.9 * 100) / 0.1)[0].mean() < 80 < 150 < ((half - 0.9 * 100) / 0.1)[1].mean()  # weight 0.1
+    texture = _noise(tmp_path, ramp, mix=1.0)(rgb, keep, ids, texture_weight=0.0, image_weight=1.0).float()
+    # each window spans half the texture and starts at the box's centre pixel (clamped to 1..W-1, as
+    # the reference's): column 1 of 8 or column 7, so the first pixel's centre samples 3/32 or 15/32 of it
+    assert texture[0, 0, 0, 0].item() == pytest.approx(255 * 3 / 32, abs=4)
+    assert texture[1, 0, 0, 0].item() == pytest.approx(255 * 15 / 32, abs=4)
+    assert texture[1, 0, 7, 0].item() == pytest.approx(255 * 29 / 32, abs=4)
 
 
 @pytest.mark.slow
@@ -1003,10 +1004,10 @@ def test_every_variant_makes_resets_and_steps(asset_root, monkeypatch):
                 start = task.objects[sel["object"]].pose.p[0].clone()
                 out = env.chunk_step(np.zeros((1, 1, 7), np.float32))
             assert out.valid.all() and np.isfinite(out.rewards).all()
-            if variant.move_object_at_step:  # the object jumped to the third cell, more than 15 cm away
-                moved = task.objects[sel["object"]].pose.p[0, :2].numpy()
-                assert np.linalg.norm(moved - cells[2]) < 0.01
-                assert np.linalg.norm(moved - start[:2].numpy()) > 0.14
+            if variant.move_object_at_step:  # the object was dropped on the third cell, more than 15 cm away
+                moved = task.objects[sel["object"]].pose.p[0].numpy()
+                assert np.linalg.norm(moved[:2] - cells[2]) < 0.01 and moved[2] < episodes.OBJECT_SPAWN_Z
+                assert np.linalg.norm(moved[:2] - start[:2].numpy()) > 0.14
         finally:
             env.close()
 

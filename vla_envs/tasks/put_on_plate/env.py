@@ -399,7 +399,8 @@ class PutOnPlateInScene25Env(BaseEnv):
 
     def _maybe_move_object(self, new: torch.Tensor) -> None:
         """PositionChange variant: at the configured step the object jumps to the layout's third cell,
-        out of the gripper if held, as the reference's (the policy must re-target). ``new``: the envs
+        out of the gripper if held, and is dropped there as at the episode's start (spawn height,
+        initial yaw, at rest), as the reference's (the policy must re-target). ``new``: the envs
         whose step this is the first evaluate() of (it moves once)."""
         k = self.variant.move_object_at_step
         if not k:
@@ -411,9 +412,17 @@ class PutOnPlateInScene25Env(BaseEnv):
         for i, obj in enumerate(self.objects):
             sel = move & (self.sel["object"] == i)
             if sel.any():
-                p = obj.pose.p.clone()
-                p[sel.to(p.device), :2] = far[sel].to(p.device)
-                obj.set_pose(Pose.create_from_pq(p=p, q=obj.pose.q))
+                p, q = obj.pose.p.clone(), obj.pose.q.clone()
+                rows = sel.to(p.device)
+                p[rows, :2] = far[sel].to(p.device)
+                p[rows, 2] = episodes.OBJECT_SPAWN_Z
+                q[rows] = self._yaw_quats[self.sel["yaw"][sel]].to(q.device)
+                obj.set_pose(Pose.create_from_pq(p=p, q=q))
+                for velocity, setter in ((obj.linear_velocity, obj.set_linear_velocity),
+                                         (obj.angular_velocity, obj.set_angular_velocity)):
+                    velocity = velocity.clone()
+                    velocity[rows] = 0.0
+                    setter(velocity)
 
     def compute_dense_reward(self, obs: Any, action: torch.Tensor, info: dict) -> torch.Tensor:
         reward = rewards.dense_reward(self.score, self.prev_score)  # self.score: this step's evaluate()

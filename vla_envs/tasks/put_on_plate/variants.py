@@ -18,7 +18,7 @@ TRAIN_OVERLAYS, TEST_OVERLAYS = range(0, 16), range(16, 21)
 ALL_OVERLAYS = range(0, 21)
 UNSEEN_PLATES = "unseen"
 """``Variant.plates``: every plate of the asset pack but the first, the training plate (16 in the
-official pack, 3 in the procedural one)."""
+official pack and in the procedural one)."""
 PARAPHRASES = (
     "place the {object} onto the {plate}",
     "move the {object} to the {plate}",

@@ -69,10 +69,13 @@ class VisionNoise:
             weight = mix * texture_weight
             out = torch.where(keep[..., None], (1 - weight) * out + weight * tex, out)
         if image_weight:
-            # a window of the whole view's size at the box's centre, the texture being twice that size
+            # a window of the whole view's size at the box's centre, the texture being twice that size:
+            # its first texel is the centre pixel's (whole pixels, as the reference takes them)
             left, top, right, bottom = self.crop
-            cx = left + ((x0 + x1) / 2 + 0.5) / w * (right - left)  # [B], fractions of the whole view
-            cy = top + ((y0 + y1) / 2 + 0.5) / h * (bottom - top)
+            xm = torch.clamp(torch.div(x0 + x1, 2, rounding_mode="floor"), 1, w - 1)
+            ym = torch.clamp(torch.div(y0 + y1, 2, rounding_mode="floor"), 1, h - 1)
+            cx = left + xm / w * (right - left)  # [B], fractions of the whole view
+            cy = top + ym / h * (bottom - top)
             tx = (cx[:, None] + self.view_x.to(device)[None]) / 2  # [B, W], fractions of the texture
             ty = (cy[:, None] + self.view_y.to(device)[None]) / 2
             weight = mix * image_weight
