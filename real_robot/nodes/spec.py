@@ -127,11 +127,14 @@ def _scalar(value: Scalar, name: str) -> str:
 
 # ----- running specs as processes -----------------------------------------------------------------
 
-def local_ros_env(domain_id: int) -> dict[str, str]:
-    """Environment variables that keep ROS 2 traffic on this machine, in its own DDS domain."""
-    if not (isinstance(domain_id, int) and 0 <= domain_id <= 232):
+def local_ros_env(domain_id: int | None, localhost: bool = True) -> dict[str, str]:
+    """Environment variables for the nodes' DDS: ``domain_id`` (None: the inherited
+    ``ROS_DOMAIN_ID``, as ``ros2 launch`` uses) and, with ``localhost``, discovery kept on this
+    machine (not when a node must find a ROS 2 stack on another host, e.g. the robot PC's)."""
+    if domain_id is not None and not (isinstance(domain_id, int) and 0 <= domain_id <= 232):
         raise ValueError(f"domain_id={domain_id!r}: an integer in [0, 232]")
-    return {"ROS_DOMAIN_ID": str(domain_id), "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST"}
+    env = {} if domain_id is None else {"ROS_DOMAIN_ID": str(domain_id)}
+    return env | ({"ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST"} if localhost else {})
 
 
 def start_nodes(specs: Iterable[NodeSpec], env: Mapping[str, str] | None = None, *, python: str | None = None,

@@ -994,7 +994,9 @@ def test_every_variant_makes_resets_and_steps(asset_root, monkeypatch):
             assert len(plates) == (2 if variant.distractor == "plate" else 1), env_id
             assert sel["object"] in task.split.objects and sel["overlay"] in task.split.overlays
             assert sel["plate"] in task.split.plates and sel["yaw"] in task.split.yaw_ids
-            assert obs["instruction"][0].startswith("put ") == (variant.env_id.find("Instruct") < 0), env_id
+            trained = "put {object} on {plate}".format(object=task.pack.objects[sel["object"]].name,
+                                                       plate=task.pack.plates[sel["plate"]].name)
+            assert (obs["instruction"][0] == trained) == ("Instruct" not in env_id), env_id
             if variant.distractor:  # another model of the variant's, on the layout's third cell
                 group = task.objects if variant.distractor == "object" else task.plates
                 assert sel["distractor"] in task.split.distractor_pool and sel["distractor"] != sel[variant.distractor]

@@ -14,7 +14,8 @@ import pytest
 from shipped_paths import SHIPPED_WARM_START
 
 from real_robot.safety import SafetyLimits
-from vla_trainer.deploy.franka_eval import CheckpointMismatchError, check_fit, main, summary
+from vla_trainer.deploy.fit import CheckpointMismatchError, check_fit
+from vla_trainer.deploy.franka_eval import main, summary
 from vla_trainer.deploy.serve import PolicySpec
 
 SPEC = PolicySpec(image_size=64, state_dim=16, chunk_size=8, action_dim=7, camera_crop=(190, 80, 460, 350),
@@ -23,7 +24,7 @@ SPEC = PolicySpec(image_size=64, state_dim=16, chunk_size=8, action_dim=7, camer
 
 def test_a_checkpoint_that_does_not_fit_the_env_is_named_on_both_sides():
     assert check_fit(SPEC, image_size=None, camera_crop=None, state_dim=16) == (64, (190, 80, 460, 350))
-    with pytest.raises(CheckpointMismatchError, match="reads 64 px.*asks for 128"):
+    with pytest.raises(CheckpointMismatchError, match="reads 64 px.*128 px were asked for"):
         check_fit(SPEC, image_size=128, camera_crop=None, state_dim=16)
     with pytest.raises(CheckpointMismatchError, match=r"crop \(190, 80, 460, 350\).*\(0, 0, 640, 480\)"):
         check_fit(SPEC, image_size=None, camera_crop=(0, 0, 640, 480), state_dim=16)
@@ -41,6 +42,21 @@ def test_a_checkpoint_that_does_not_fit_the_env_is_named_on_both_sides():
     assert check_fit(spec, image_size=None, camera_crop=None, state_dim=16, camera_hw=(480, 640))[1] == spec.camera_crop
     with pytest.raises(CheckpointMismatchError, match=r"training camera's 640x480 images; the camera file gives 1280x720"):
         check_fit(spec, image_size=None, camera_crop=None, state_dim=16, camera_hw=(720, 1280))
+
+
+def test_the_policys_device_is_an_option_checked_before_anything_loads(capsys):
+    """A GPU checkpoint ran on CUDA only through ros2 launch (its device argument); --ros had none."""
+    import torch
+
+    from vla_trainer.deploy.franka_eval import parse_args, ros_specs
+
+    base = ["--checkpoint", "ckpt", "--robot-ip", "172.16.0.2", "--camera-serial", "1", "--instruction", "x", "--ros"]
+    policy = {s.name: s for s in ros_specs(parse_args(base + ["--device", "cpu"]), None)}["policy"]
+    assert policy.parameters["device"] == "cpu"
+    if not torch.cuda.is_available():
+        with pytest.raises(SystemExit) as e:
+            parse_args(base + ["--device", "cuda"])
+        assert e.value.code == 2 and "'cuda': no CUDA GPU here" in capsys.readouterr().err
 
 
 def test_the_summary_has_both_success_notions_with_intervals():

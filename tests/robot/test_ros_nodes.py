@@ -335,6 +335,20 @@ def test_launch_file_builds_one_node_per_spec_entry(monkeypatch, tmp_path):
     assert bridge["parameters"][0]["dry_run"] is True and bridge["parameters"][0]["robot_ip"] == "172.16.0.2"
 
 
+def test_franka_eval_ros_uses_the_inherited_domain_and_finds_a_ros_arm_stack_on_another_host():
+    """--ros moved every node to domain 0 with localhost-only discovery: a --ros-arm bridge never
+    found the robot PC's stack, which ros2 launch (inheriting ROS_DOMAIN_ID) found."""
+    from vla_trainer.deploy.franka_eval import parse_args
+
+    assert local_ros_env(None) == {"ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST"}  # ROS_DOMAIN_ID inherited
+    assert local_ros_env(7, localhost=False) == {"ROS_DOMAIN_ID": "7"}
+    with pytest.raises(ValueError, match=r"domain_id=300: an integer in \[0, 232\]"):
+        local_ros_env(300)
+    args = parse_args(["--checkpoint", "ckpt", "--ros-arm", "arm.yaml", "--camera-serial", "1", "--instruction", "x",
+                       "--ros"])
+    assert args.ros_domain_id is None and args.device == "cpu"
+
+
 def test_ros2_launch_and_franka_eval_ros_give_the_nodes_the_same_parameters():
     """The launched graph started acting from wherever the arm was (home_on_start false there, true in
     franka-eval --ros): one command line, two graphs."""
@@ -641,24 +655,127 @@ def test_policy_node_publishes_paced_twin_scaled_chunks(graph, ros_env):
     assert "loaded" in log_text(graph, "policy")
 
 
-def test_a_policy_node_refuses_its_checkpoints_crop_on_a_camera_of_another_resolution(ros_env, tmp_path):
-    """The shipped warm start's crop counts pixels of 640x480 frames: on a 1280x720 camera file the same
-    numbers cut another view, so the node ends (exit 2) naming both resolutions, before any chunk."""
+def _libero_labelled_warm_start(folder: Path) -> Path:
+    """The shipped warm start, recorded as trained on LIBERO (its actions: robosuite's)."""
+    import json
+
+    folder.mkdir()
+    for f in SHIPPED_WARM_START.iterdir():
+        (folder / f.name).symlink_to(f)
+    made_by = json.loads((SHIPPED_WARM_START / "made_by.json").read_text())
+    made_by["demos"]["env_id"] = "libero_spatial"
+    (folder / "made_by.json").unlink()
+    (folder / "made_by.json").write_text(json.dumps(made_by))
+    return folder
+
+
+@pytest.mark.parametrize("case", ["camera of another resolution", "libero checkpoint", "another crop"])
+def test_a_policy_node_refuses_a_checkpoint_that_does_not_fit_as_franka_eval_does(ros_env, tmp_path, case):
+    """Under ros2 launch the policy node is all that checks: it acted with a LIBERO checkpoint's actions
+    and on a crop other than the trained one (franka-eval refused both). It ends (exit 2) before any
+    chunk, naming both sides. The shipped warm start's crop counts pixels of 640x480 frames: on a
+    1280x720 camera file the same numbers cut another view."""
     from calibration.camera_file import write_camera_file
     from calibration.synthetic import default_intrinsics, look_at
 
-    camera = write_camera_file(tmp_path / "camera.json", intrinsics=default_intrinsics(1280, 720),
-                               T_base_from_cam=look_at([1.0, -0.4, 0.6], [0.45, 0.0, 0.1]))
+    kwargs, expected = {}, ()
+    checkpoint = SHIPPED_WARM_START
+    if case == "camera of another resolution":
+        kwargs["camera_file"] = str(write_camera_file(tmp_path / "camera.json", intrinsics=default_intrinsics(1280, 720),
+                                                      T_base_from_cam=look_at([1.0, -0.4, 0.6], [0.45, 0.0, 0.1])))
+        expected = ("640x480", "1280x720")
+    elif case == "libero checkpoint":
+        checkpoint = _libero_labelled_warm_start(tmp_path / "libero")
+        expected = ("trained on libero_spatial", "LIBERO's")
+    else:
+        kwargs["camera_crop"] = (0, 0, 640, 480)
+        expected = ("(190, 80, 460, 350)", "(0, 0, 640, 480)")
     specs = {s.name: s for s in ros_graph.franka_eval_graph(
-        checkpoint=str(SHIPPED_WARM_START), robot_ip="127.0.0.1", instruction="put carrot on plate",
-        playback_file=str(tmp_path / "unused.db3"), camera_file=str(camera))}
+        checkpoint=str(checkpoint), robot_ip="127.0.0.1", instruction="put carrot on plate",
+        playback_file=str(tmp_path / "unused.db3"), **kwargs)}
     (proc,) = start_nodes([specs["policy"]], ros_env, log_dir=tmp_path)
     try:
         assert proc.wait(timeout=60) == 2
     finally:
         stop_nodes([proc])
     log = (tmp_path / "policy.log").read_text(errors="replace")
-    assert "640x480" in log and "1280x720" in log, log
+    assert all(e in log for e in expected), log
+
+
+def test_a_slow_chunk_is_never_cut_by_the_ready_timeout(ros_env):
+    """At a slow relative dynamics a chunk of 8 actions takes 5-6 s on franky-sim; the node acted
+    anyway 8 x 0.2 + 2 s after publishing it, and its new chunk replaced the 3-5 actions still to
+    run. Now each action_sent (the bridge executing) pushes the deadline on: no chunk while the
+    bridge reports progress, and one ready_timeout_s after it falls silent."""
+    from geometry_msgs.msg import PoseStamped
+    from sensor_msgs.msg import Image, JointState
+    from std_msgs.msg import Float32MultiArray, Header
+
+    from real_robot.nodes import common
+    from vla_envs.backends.franka.twin import TWIN_REST_JOINT_POSITIONS_RAD
+    from vla_trainer.deploy.ros_policy_node import PolicyNode
+    from vla_trainer.deploy.serve import PolicyService
+
+    policy = PolicyService(SHIPPED_WARM_START)
+    context = rclpy.Context()
+    rclpy.init(context=context, domain_id=DOMAIN_ID, signal_handler_options=rclpy.signals.SignalHandlerOptions.NO)
+    node = rclpy.create_node("policy_under_test", context=context)
+    feed = rclpy.create_node("feed", context=context)
+    chunks: list[float] = []
+    feed.create_subscription(Float32MultiArray, common.ACTION_CHUNK_TOPIC, lambda m: chunks.append(time.monotonic()), 10)
+    image_pub = feed.create_publisher(Image, "image", common.image_publisher_qos())
+    joints_pub = feed.create_publisher(JointState, common.JOINT_STATES_TOPIC, 10)
+    pose_pub = feed.create_publisher(PoseStamped, common.TCP_POSE_TOPIC, 10)
+    ready_pub = feed.create_publisher(Header, common.READY_TOPIC, common.ready_qos())
+    sent_pub = feed.create_publisher(Float32MultiArray, common.ACTION_SENT_TOPIC, 10)
+    frame = np.random.default_rng(0).integers(0, 256, (480, 640, 3), dtype=np.uint8)
+    pose = np.eye(4)
+    pose[:3, :3] = np.diag([1.0, -1.0, -1.0])
+    pose[:3, 3] = TWIN_REST_TCP_M
+
+    def publish_observation():
+        stamp = common.stamp_from_seconds(time.time())
+        image_pub.publish(common.image_msg(frame, stamp, "camera"))
+        joints = JointState(name=list(common.JOINT_STATE_NAMES), position=[*TWIN_REST_JOINT_POSITIONS_RAD, 0.08])
+        joints.header.stamp = stamp
+        joints_pub.publish(joints)
+        tcp = PoseStamped(pose=common.pose_from_matrix(pose))
+        tcp.header.stamp, tcp.header.frame_id = stamp, "base"
+        pose_pub.publish(tcp)
+
+    PolicyNode(node, policy, instruction="put carrot on plate", camera_crop=policy.spec.camera_crop,
+               camera_hw=(480, 640), control_period_s=0.2, ready_timeout_s=1.5, max_image_age_s=1.0)
+    executor = rclpy.executors.MultiThreadedExecutor(context=context)
+    executor.add_node(node)
+    executor.add_node(feed)
+    thread = threading.Thread(target=executor.spin, daemon=True)
+    thread.start()
+    try:
+        ready_pub.publish(Header(stamp=common.stamp_from_seconds(time.time())))
+        deadline_s = time.monotonic() + DISCOVERY_TIMEOUT_S
+        while not chunks:
+            assert time.monotonic() < deadline_s, "no first chunk"
+            publish_observation()
+            time.sleep(0.1)
+        first_s = chunks[0]
+        # the bridge executes slowly: an action every 0.4 s for 4.5 s, past 8 x 0.2 + 1.5 = 3.1 s
+        while time.monotonic() < first_s + 4.5:
+            sent_pub.publish(common.array_msg(np.zeros(7, np.float32), ("action",)))
+            publish_observation()
+            time.sleep(0.4)
+        assert len(chunks) == 1, f"a chunk {chunks[1] - first_s:.2f} s after the first cut into it"
+        silent_s = time.monotonic()
+        while len(chunks) < 2 and time.monotonic() < silent_s + 8.0:
+            publish_observation()
+            time.sleep(0.1)
+        assert len(chunks) == 2, "no chunk after the bridge fell silent"
+        assert 1.0 < chunks[1] - silent_s < 5.0, chunks[1] - silent_s  # ready_timeout_s after the last action_sent
+    finally:
+        executor.shutdown()
+        node.destroy_node()
+        feed.destroy_node()
+        rclpy.shutdown(context=context)
+        thread.join(5.0)
 
 
 def test_sigterm_stops_every_node_process(graph):

@@ -32,51 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from vla_envs.arguments import positive_float, positive_int
-
-
-class CheckpointMismatchError(ValueError):
-    """The checkpoint expects another env than the one configured; the message names both sides."""
-
-
-def check_fit(spec, *, image_size: int | None, camera_crop: tuple[int, int, int, int] | None,
-              state_dim: int, action_dim: int = 7,
-              camera_hw: tuple[int, int] | None = None) -> tuple[int, tuple[int, int, int, int] | None]:
-    """The image size and camera crop to run with, after checking the policy against the env.
-
-    Args:
-        spec: ``vla_trainer.deploy.serve.PolicySpec`` of the checkpoint.
-        image_size: asked for on the command line (None: the checkpoint's).
-        camera_crop: asked for on the command line (None: the checkpoint's, if it records one).
-        state_dim: the env's ``state`` width.
-        camera_hw: (height, width) of the env's camera file: a crop counts pixels of the training
-            camera's images, and means another part of the view in images of another size.
-
-    Raises:
-        CheckpointMismatchError: naming the quantity, the checkpoint's value and the env's.
-    """
-    from vla_envs.registry import TASKS
-
-    if image_size is not None and image_size != spec.image_size:
-        raise CheckpointMismatchError(f"image size: the checkpoint reads {spec.image_size} px images, "
-                                      f"--image-size asks for {image_size}")
-    if spec.state_dim not in (0, state_dim):
-        raise CheckpointMismatchError(f"state: the checkpoint reads a {spec.state_dim}-wide state, the real Franka "
-                                      f"env gives the twin's {state_dim} (7 joints, 2 fingers, TCP xyz + wxyz)")
-    if spec.action_dim != action_dim:
-        raise CheckpointMismatchError(f"actions: the checkpoint predicts {spec.action_dim}-D actions, the env takes "
-                                      f"{action_dim}-D (delta xyz, delta rotation, gripper)")
-    if spec.task is not None and (trained := TASKS.get(spec.task)) is not None and trained.backend == "libero":
-        raise CheckpointMismatchError(f"actions: the checkpoint was trained on {spec.task}, whose actions are LIBERO's "
-                                      f"(robosuite's OSC controller: another scale and frame); the real Franka env "
-                                      f"takes the Panda twin's pd_ee_delta_pose actions (a ManiSkill task such as "
-                                      f"PutOnPlateInScene25Main-v3)")
-    crop = camera_crop if camera_crop is not None else spec.camera_crop
-    if camera_crop is not None and spec.camera_crop is not None and tuple(camera_crop) != tuple(spec.camera_crop):
-        raise CheckpointMismatchError(f"camera crop: the checkpoint was trained on crop {tuple(spec.camera_crop)}, "
-                                      f"--camera-crop asks for {tuple(camera_crop)}")
-    if camera_hw is not None and (why := spec.crop_mismatch(crop, camera_hw)):
-        raise CheckpointMismatchError(why)
-    return spec.image_size, crop
+from vla_trainer.deploy.fit import check_fit
 
 
 def _crop(text: str) -> tuple[int, int, int, int]:
@@ -140,8 +96,12 @@ def check_out(args: argparse.Namespace) -> str | None:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    from vla_trainer.deploy.serve import torch_device
+
     p = argparse.ArgumentParser(prog="franka-eval", description="Run a sim-trained checkpoint on the real Franka.")
     p.add_argument("--checkpoint", required=True, type=Path, help="model folder, training checkpoint or run folder")
+    p.add_argument("--device", type=torch_device, default="cpu",
+                   help="torch device of the policy: cpu, cuda, cuda:N (with --ros: the policy node's)")
     arm = p.add_mutually_exclusive_group(required=True)
     arm.add_argument("--robot-ip", help="the robot's control box (FCI), e.g. 172.16.0.2: the arm is driven by franky")
     arm.add_argument("--ros-arm", type=Path, help="instead, a RosArmConfig YAML: the arm through the robot PC's "
@@ -171,7 +131,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "launch/franka_eval.launch.py) until Ctrl-C or --ros-seconds; no episodes or labels")
     p.add_argument("--ros-seconds", type=positive_float, default=None,
                    help="with --ros: stop the nodes after this long")
-    p.add_argument("--ros-domain-id", type=int, default=0, help="with --ros: the DDS domain (traffic stays local)")
+    p.add_argument("--ros-domain-id", type=int, default=None,
+                   help="with --ros: the nodes' DDS domain (default: the inherited ROS_DOMAIN_ID, as ros2 launch); "
+                        "discovery stays on this machine unless --ros-arm needs the robot PC's stack")
     return p.parse_args(argv)
 
 
@@ -250,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {problem}", file=sys.stderr)
         return 2
     try:
-        policy = PolicyService(args.checkpoint)
+        policy = PolicyService(args.checkpoint, device=args.device)
         camera = load_camera_file(args.camera_file)
         image_size, crop = check_fit(policy.spec, image_size=args.image_size, camera_crop=args.camera_crop,
                                      state_dim=STATE_DIM, camera_hw=(camera.height, camera.width))
@@ -262,6 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         if status:
             return status
     if args.ros:
+        del policy  # the policy node loads its own copy
         return run_ros(args, crop)
     from real_robot.errors import RealRobotError, RealtimeKernelError
     from vla_envs.backends.franka.make import make_franka_vector_env
@@ -320,7 +283,7 @@ def ros_specs(args, crop) -> list:
         camera_serial=args.camera_serial or "", playback_file=args.playback or "", camera_crop=crop,
         camera_file=str(args.camera_file or ""), safety_limits_file=str(args.safety_limits or ""),
         dry_run=args.dry_run, relative_dynamics_factor=args.relative_dynamics,
-        ignore_realtime=args.ignore_realtime, home_on_start=True)
+        ignore_realtime=args.ignore_realtime, home_on_start=True, device=args.device)
 
 
 def run_ros(args, crop) -> int:
@@ -331,7 +294,7 @@ def run_ros(args, crop) -> int:
 
     try:
         specs = ros_specs(args, crop)
-        env = local_ros_env(args.ros_domain_id)
+        env = local_ros_env(args.ros_domain_id, localhost=args.ros_arm is None)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -5,16 +5,23 @@ Panda twin's observation and action (``vla_envs.backends.franka.twin``).
         -p instruction:='put carrot on plate' -r image:=camera/color/image_raw
 
 Subscribes ``image`` (``sensor_msgs/Image``, remapped to the camera's topic), ``joint_states`` and
-``tcp_pose`` (the bridge's raw state, paired by header stamp) and ``ready`` (the bridge is idle);
-publishes ``action_chunk`` (``std_msgs/Float32MultiArray`` [C, 7], layout ``chunk`` x ``action``).
+``tcp_pose`` (the bridge's raw state, paired by header stamp), ``ready`` (the bridge is idle) and
+``action_sent`` (the bridge executed an action); publishes ``action_chunk``
+(``std_msgs/Float32MultiArray`` [C, 7], layout ``chunk`` x ``action``).
+
+Before it subscribes, the node checks the checkpoint against the env as ``franka-eval`` does
+(``vla_trainer.deploy.fit.check_fit``: image size, camera crop, state layout, action convention,
+e.g. it refuses a LIBERO-trained checkpoint) and exits with status 2 naming both sides.
 
 Pacing: one policy call per ``ready`` from the bridge. The bridge sends ``ready`` when the last action
 of a chunk has run and its control period is over (and once at start, latched). The node then waits
 for an image received after that ``ready`` and an arm state stamped after it (so the policy sees the
 arm at rest where the chunk left it), calls the policy, converts every action with
 ``twin_scaled_action`` and publishes the chunk. The next call waits for the next ``ready``; if none
-comes within ``chunk_size * control_period_s + ready_timeout_s`` (a lost message, a bridge that
-dropped the chunk), the node warns and acts on the next fresh observation anyway. So the robot runs
+comes within ``ready_timeout_s`` of the bridge's last sign of progress (the chunk's publication plus
+``chunk_size * control_period_s``, or a later ``action_sent``: a slow arm is still executing, and a
+chunk is never cut by this) the node warns (a lost message, a bridge that dropped the chunk) and
+acts on the next fresh observation anyway. So the robot runs
 chunk, pause of one policy call (~0.1 s on a CPU for the tiny model), chunk, ...; no chunk ever
 cuts into the previous one.
 
@@ -39,7 +46,8 @@ PARAMETERS = {
     "camera_hw": ("int_list", None, "[height, width] of the frames, instead of a camera file"),
     "device": ("str", "cpu", "torch device of the model"),
     "control_period_s": ("float", 0.2, "seconds per action (the bridge's control period)"),
-    "ready_timeout_s": ("float", 2.0, "act anyway when no ready follows a chunk within its duration plus this"),
+    "ready_timeout_s": ("float", 2.0, "act anyway when no ready comes this long after the chunk's duration "
+                                      "and the bridge's last executed action"),
     "max_image_age_s": ("float", 0.5, "do not act on an image received longer ago than this"),
 }
 TICK_S = 0.02
@@ -72,6 +80,7 @@ class PolicyNode:
         self._state: tuple[float, Any, Any] | None = None  # (stamp s, JointState, PoseStamped)
         self._ready: tuple[float, float] | None = None  # (received monotonic s, stamp s) not yet acted on
         self._published_s: float | None = None
+        self._last_sent_s = -float("inf")  # monotonic s of the bridge's last action_sent
         self.chunks_published = 0
         self.last_call_s = 0.0
 
@@ -79,6 +88,7 @@ class PolicyNode:
         node.create_subscription(JointState, common.JOINT_STATES_TOPIC, self._on_joints, 10)
         node.create_subscription(PoseStamped, common.TCP_POSE_TOPIC, self._on_pose, 10)
         node.create_subscription(Header, common.READY_TOPIC, self._on_ready, common.ready_qos())
+        node.create_subscription(Float32MultiArray, common.ACTION_SENT_TOPIC, self._on_sent, 10)
         self.chunk_pub = node.create_publisher(Float32MultiArray, common.ACTION_CHUNK_TOPIC, 10)
         node.create_timer(TICK_S, self._tick)
 
@@ -104,14 +114,20 @@ class PolicyNode:
 
         self._ready = (time.monotonic(), stamp_seconds(msg.stamp))
 
+    def _on_sent(self, msg: Any) -> None:
+        self._last_sent_s = time.monotonic()
+
     # ----- acting -------------------------------------------------------------------------------
     def _tick(self) -> None:
         now = time.monotonic()
         if self._ready is None:
-            if self._published_s is None or now - self._published_s < self.chunk_duration_s + self.ready_timeout_s:
+            if self._published_s is None:
                 return
-            self.log.warning(f"no ready from the bridge within {self.chunk_duration_s + self.ready_timeout_s:.1f} s "
-                             f"of the last chunk; acting on the next fresh observation",
+            progress_s = max(self._published_s + self.chunk_duration_s, self._last_sent_s)
+            if now - progress_s < self.ready_timeout_s:
+                return
+            self.log.warning(f"no ready from the bridge within {self.ready_timeout_s:.1f} s of the chunk's duration "
+                             f"and its last executed action; acting on the next fresh observation",
                              throttle_duration_sec=10.0)
             self._ready = (now, -1.0)
         ready_s, ready_stamp_s = self._ready
@@ -206,13 +222,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         try:
             p = declare_parameters(node, PARAMETERS)
+            from vla_envs.backends.franka.twin import STATE_DIM
+            from vla_trainer.deploy.fit import check_fit
             from vla_trainer.deploy.serve import PolicyService
 
             start_s = time.monotonic()
             policy = PolicyService(p["checkpoint"], device=p["device"])
             crop, hw = resolve_camera(p["camera_crop"], p["camera_file"], p["camera_hw"], policy.spec.camera_crop)
-            if why := policy.spec.crop_mismatch(crop, hw):
-                raise ValueError(why)
+            check_fit(policy.spec, image_size=None, state_dim=STATE_DIM, camera_hw=hw,
+                      camera_crop=None if p["camera_crop"] is None else tuple(p["camera_crop"]))
             PolicyNode(node, policy, instruction=p["instruction"], camera_crop=crop, camera_hw=hw,
                        control_period_s=p["control_period_s"], ready_timeout_s=p["ready_timeout_s"],
                        max_image_age_s=p["max_image_age_s"])

@@ -301,11 +301,21 @@ class _Handler(socketserver.BaseRequestHandler):
             except (ConnectionError, TimeoutError):  # gone, or silent for idle_timeout_s: free its thread
                 return
             except ProtocolError as e:  # the stream can no longer be trusted: answer, then close
-                self.request.sendall(encode({"type": "error", "message": str(e)}))
+                _send_quietly(self.request, encode({"type": "error", "message": str(e)}))
                 return
             except Exception as e:  # noqa: BLE001  a bad observation must not stop the server
                 reply = encode({"type": "error", "message": f"{type(e).__name__}: {e}"})
-            self.request.sendall(reply)
+            if not _send_quietly(self.request, reply):
+                return
+
+
+def _send_quietly(sock: socket.socket, data: bytes) -> bool:
+    """Send ``data``; False when the client is gone (it gave up waiting), which ends its thread quietly."""
+    try:
+        sock.sendall(data)
+    except OSError:
+        return False
+    return True
 
 
 def _answer(service: PolicyService, header: dict, arrays: dict[str, np.ndarray]) -> bytes:

@@ -19,12 +19,23 @@ ALL_OVERLAYS = range(0, 21)
 UNSEEN_PLATES = "unseen"
 """``Variant.plates``: every plate of the asset pack but the first, the training plate (16 in the
 official pack and in the procedural one)."""
-PARAPHRASES = (
+PARAPHRASES = (  # 16 unseen phrasings, as many as the reference's test set has (the wording is ours)
     "place the {object} onto the {plate}",
     "move the {object} to the {plate}",
     "pick up the {object} and set it down on the {plate}",
     "can you put the {object} on the {plate}?",
     "the {object} goes on the {plate}",
+    "set the {object} on top of the {plate}",
+    "grab the {object} and drop it on the {plate}",
+    "put the {object} onto the {plate}, please",
+    "I want the {object} on the {plate}",
+    "transfer the {object} to the {plate}",
+    "lift the {object} and place it on the {plate}",
+    "get the {object} onto the {plate}",
+    "please move the {object} so it rests on the {plate}",
+    "take the {object} over to the {plate}",
+    "the {plate} needs the {object} on it",
+    "could you place the {object} on the {plate}",
 )
 
 
