@@ -18,7 +18,7 @@ import numpy as np
 
 from vla_envs.arguments import int_at_least, json_object, positive_int
 from vla_envs.core.backend import env_rows
-from vla_envs.errors import VlaEnvError
+from vla_envs.errors import VideoWriteError, VlaEnvError
 from vla_envs.wrappers.video import video_file
 
 
@@ -43,6 +43,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+DEFAULT_STEPS = 80  # one PutOnPlate episode
 PERTURBED_DIMS = [0, 1, 2, 5]  # translation and yaw; the gripper command stays the expert's
 
 
@@ -59,7 +60,8 @@ def perturb(actions: np.ndarray, std: float, rng: np.random.Generator) -> np.nda
 
 def run_episodes(args: argparse.Namespace, recorder_folder: Path | None = None) -> dict:
     """Roll out ``args.policy`` for ``args.steps`` steps per env (or until ``args.episodes``
-    episodes ended), optionally recording video and demos. Returns a summary dict.
+    episodes ended), optionally recording video and demos. Returns a summary dict (with
+    ``video_error`` when the video could not be written: the rollout's numbers stand).
 
     With ``args.episodes``, the episodes counted (and recorded) are each env's first
     ``ceil(episodes / num_envs)``, one fewer for the last envs to make the number: which episodes count
@@ -89,6 +91,10 @@ def run_episodes(args: argparse.Namespace, recorder_folder: Path | None = None) 
             expert = spec.make_expert(args.num_envs, seed=args.seed, options=expert_kwargs)
         except ValueError as e:
             raise ValueError(f"--expert-kwargs: {e}") from e
+    if "num_envs" in args.env_kwargs:
+        raise ValueError("--env-kwargs: num_envs is set by --num-envs")
+    steps = args.steps if args.steps is not None else (10**9 if args.episodes else DEFAULT_STEPS)
+    rng = np.random.default_rng(args.seed)
     t0 = time.perf_counter()
     kwargs = {"image_size": args.image_size, **args.env_kwargs}
     env = gym.make(args.env_id, num_envs=args.num_envs, **kwargs)
@@ -99,7 +105,6 @@ def run_episodes(args: argparse.Namespace, recorder_folder: Path | None = None) 
         except BaseException:  # its folder cannot be made: the workers go too
             base.close()
             raise
-    rng = np.random.default_rng(args.seed)
     chunk = 1 if expert is not None else args.chunk  # a closed-loop expert re-plans every step
     recorder = (EpisodeRecorder(recorder_folder, args.num_envs, args.env_id, getattr(base, "asset_pack", None),
                                 only_success=getattr(args, "only_success", True), action_noise=action_noise,
@@ -110,12 +115,12 @@ def run_episodes(args: argparse.Namespace, recorder_folder: Path | None = None) 
     extra = per_env * args.num_envs - args.episodes if per_env else 0
     quota = [per_env - (i >= args.num_envs - extra) for i in range(args.num_envs)] if per_env else None
     by_env: list[list[dict[str, float]]] = [[] for _ in range(args.num_envs)]  # each env's, in order
-    kept = 0
+    kept, video_error = 0, None
     try:
         obs, info = env.reset(seed=args.seed)
         state_ids = info["state_id"]
         make_s = time.perf_counter() - t0
-        n_chunks = -(-args.steps // chunk)
+        n_chunks = -(-steps // chunk)
         chunks = range(n_chunks) if not args.episodes else (i for i in range(n_chunks))  # no ETA when ending on episodes
         bar = tqdm(chunks, desc=f"{args.policy} {args.env_id}", unit="chunk", file=sys.stderr)
         t1, frames = time.perf_counter(), 0
@@ -155,7 +160,10 @@ def run_episodes(args: argparse.Namespace, recorder_folder: Path | None = None) 
                 break
         step_s = time.perf_counter() - t1
     finally:
-        env.close()
+        try:
+            env.close()
+        except VideoWriteError as e:  # the rollout's numbers stand: reported with them
+            video_error = str(e)
     episodes = [e for env_episodes in by_env for e in env_episodes]
     mean = lambda k: float(np.mean([e[k] for e in episodes])) if episodes else None  # noqa: E731
     return {
@@ -164,14 +172,26 @@ def run_episodes(args: argparse.Namespace, recorder_folder: Path | None = None) 
         "env_steps_per_s": frames / step_s, "make_and_reset_s": make_s, "episodes": len(episodes),
         "success_once": mean("success_once"), "success_at_end": mean("success_at_end"),
         **{f"{flag}_once": mean(f"{flag}_once") for flag in getattr(base, "progress_flags", ())},
-        "return": mean("return"), "length": mean("length"), "video": str(args.video) if args.video else None,
+        "return": mean("return"), "length": mean("length"),
+        "video": str(args.video) if args.video and not video_error else None,
+        **({"video_error": video_error} if video_error else {}),
         **({"demos_kept": kept, "demo_folder": str(recorder_folder)} if recorder_folder else {}),
     }
+
+
+def _short_of_episodes(summary: dict, args: argparse.Namespace) -> None:
+    if args.episodes and summary["episodes"] < args.episodes:
+        print(f"vla-envs: warning: {summary['episodes']} of the {args.episodes} episodes asked for finished within "
+              f"--steps {args.steps}; raise --steps, or leave it out to run until they finish", file=sys.stderr)
 
 
 def cmd_rollout(args: argparse.Namespace) -> int:
     summary = run_episodes(args)
     print(json.dumps(summary, indent=2))
+    _short_of_episodes(summary, args)
+    if "video_error" in summary:
+        print(f"vla-envs: error: {summary['video_error']}", file=sys.stderr)
+        return 1
     if args.video:
         Path(args.video).with_suffix(".json").write_text(json.dumps(summary, indent=2))
     return 0
@@ -184,6 +204,7 @@ def cmd_collect_demos(args: argparse.Namespace) -> int:
     args.video = None
     summary = run_episodes(args, recorder_folder=args.out)
     print(json.dumps(summary, indent=2))
+    _short_of_episodes(summary, args)
     return 0
 
 
@@ -196,6 +217,7 @@ def cmd_eval_ood(args: argparse.Namespace) -> int:
     # Every episode runs to the time limit: success_at_end then differs from success_once (an episode
     # ending at its first success has both equal)
     env_kwargs = {"ignore_terminations": True, **args.env_kwargs}
+    _check_writable_folder(args.out)  # before the minutes each variant takes
     rows = []
     for env_id, variant in VARIANTS.items():
         a = copy.copy(args)
@@ -213,6 +235,13 @@ def cmd_eval_ood(args: argparse.Namespace) -> int:
     (args.out / "ood_eval.md").write_text(table + "\n")
     (args.out / "ood_eval.json").write_text(json.dumps({"policy": args.policy, "rows": rows, "averages": averages}, indent=2))
     return 0
+
+
+def _check_writable_folder(folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    probe = folder / ".write-check"
+    probe.write_bytes(b"")
+    probe.unlink()
 
 
 def cmd_fetch_assets(args: argparse.Namespace) -> int:
@@ -262,11 +291,12 @@ def build_parser() -> argparse.ArgumentParser:
     for q in (r, c):
         q.add_argument("env_id")
         q.add_argument("--num-envs", type=positive_int, default=2)
-        q.add_argument("--steps", type=positive_int, default=80, help="env steps per env (upper bound)")
+        q.add_argument("--steps", type=positive_int, default=None,
+                       help=f"env steps per env, at most (default: {DEFAULT_STEPS}; with --episodes, until they finished)")
         q.add_argument("--episodes", type=int_at_least(0), default=0, help="stop after this many finished episodes (0: no limit)")
         q.add_argument("--chunk", type=positive_int, default=4, help="actions per chunk_step (the expert re-plans every step)")
         q.add_argument("--image-size", type=positive_int, default=128)
-        q.add_argument("--seed", type=int, default=0)
+        q.add_argument("--seed", type=int_at_least(0), default=0)
         q.add_argument("--env-kwargs", type=json_object, default="{}", help='JSON of extra gym.make arguments, e.g. \'{"low_poly": true}\'')
     r.add_argument("--policy", choices=("random", "zero", "expert"), default="random")
     r.add_argument("--video", type=video_file, default=None, help="MP4 path (a .json summary is written beside it)")
@@ -286,7 +316,7 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--episodes", type=positive_int, default=8, help="episodes per variant")
     o.add_argument("--num-envs", type=positive_int, default=2)
     o.add_argument("--image-size", type=positive_int, default=128)
-    o.add_argument("--seed", type=int, default=0)
+    o.add_argument("--seed", type=int_at_least(0), default=0)
     o.add_argument("--env-kwargs", type=json_object, default="{}", help="JSON of extra gym.make arguments")
     o.add_argument("--out", type=Path, default=Path("runs/eval_ood"), help="writes ood_eval.md and ood_eval.json")
     o.set_defaults(func=cmd_eval_ood, chunk=1)

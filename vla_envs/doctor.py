@@ -154,9 +154,15 @@ def run_checks() -> list[Check]:
 
 
 def report(checks: list[Check]) -> str:
+    import textwrap
+
     rows = [("check", "status", "detail", "fix")] + [(c.name, c.status, c.detail, c.fix) for c in checks]
     widths = [min(max(len(r[i]) for r in rows), 60) for i in range(3)]
     lines = []
     for r in rows:
-        lines.append("  ".join(c[:w].ljust(w) for c, w in zip(r[:3], widths)) + ("  " + r[3] if r[3] else ""))
+        # a long detail wraps onto more lines: its end ("is missing", "is truncated") is what matters
+        cells = [textwrap.wrap(c, w, break_long_words=True, break_on_hyphens=False) or [""] for c, w in zip(r[:3], widths)]
+        for k in range(max(len(c) for c in cells)):
+            row = "  ".join((c[k] if k < len(c) else "").ljust(w) for c, w in zip(cells, widths))
+            lines.append((row + ("  " + r[3] if r[3] and k == 0 else "")).rstrip())
     return "\n".join(lines)

@@ -27,3 +27,8 @@ class WorkerError(VlaEnvError, RuntimeError):
 
 class ClosedEnvError(VlaEnvError, RuntimeError):
     """The env was used after ``close()``."""
+
+
+class VideoWriteError(VlaEnvError, RuntimeError):
+    """A video could not be written completely (the encoder failed, the disk filled up); the
+    rollout it recorded ran to its end."""

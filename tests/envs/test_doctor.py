@@ -11,7 +11,7 @@ from vla_envs.cli import main
 def _rows(text: str) -> dict[str, str]:
     """{check: status} of the report, whose columns are as wide as their longest cell."""
     width = text.splitlines()[0].index("status")
-    return {line[:width].strip(): line[width:].split()[0] for line in text.splitlines()[1:] if line.strip()}
+    return {line[:width].strip(): line[width:].split()[0] for line in text.splitlines()[1:] if line[:width].strip()}
 
 
 @pytest.mark.maniskill
@@ -81,3 +81,45 @@ def test_the_ros_arms_message_packages_are_reported_with_the_fix(monkeypatch):
     assert "source the robot PC's ROS workspace" in row.fix
     monkeypatch.setattr(doctor, "_installed", lambda m: True if m.endswith("_msgs") else installed(m))
     assert ros_messages_row().status == "ok"
+
+
+def test_a_long_detail_wraps_instead_of_losing_what_it_says():
+    """The detail column was cut at 60 characters: a PhysX path ended '.../libPhysXGpu_64.' and never
+    said 'is missing'."""
+    from vla_envs.doctor import Check, report
+
+    text = report([Check("PhysX GPU library", "missing", "/home/user/.sapien/physx/105.1-physx-5.3.1.patch0/"
+                         "libPhysXGpu_64.so is missing (sim_backend picks 'physx_cuda')", "vla-envs fetch-physx")])
+    assert "is missing" in text and "picks 'physx_cuda'" in text and text.count("vla-envs fetch-physx") == 1
+    assert _rows(text) == {"PhysX GPU library": "missing"}
+
+
+@pytest.mark.maniskill
+def test_an_official_pack_that_does_not_load_is_missing_not_ok(monkeypatch, tmp_path):
+    """An empty official/carrot folder was reported 'ok | official' while every PutOnPlate env failed
+    (auto picks the official pack whenever its folder exists)."""
+    from vla_envs.doctor import check_assets
+
+    monkeypatch.setenv("VLA_ENVS_ASSET_DIR", str(tmp_path))
+    (tmp_path / "official" / "carrot").mkdir(parents=True)
+    (row,) = [c for c in check_assets() if c.name.startswith("assets: put-on-plate")]
+    assert row.status == "missing" and "official pack does not load" in row.detail and "model_db.json" in row.detail
+
+
+def test_libero_task_files_that_are_not_there_are_named_before_any_worker(monkeypatch, tmp_path):
+    """LIBERO's config pointing at missing files: doctor said 'ok | present' and a rollout died in a
+    worker with a bare AssertionError."""
+    pytest.importorskip("libero")
+    import gymnasium as gym
+
+    import vla_envs  # noqa: F401
+    from vla_envs.doctor import check_assets
+    from vla_envs.errors import AssetsMissingError
+
+    (tmp_path / "config.yaml").write_text("assets: /nonexistent/assets\nbddl_files: /nonexistent/bddl\n"
+                                          "init_states: /nonexistent/init\n")
+    monkeypatch.setenv("LIBERO_CONFIG_PATH", str(tmp_path))
+    (row,) = [c for c in check_assets() if c.name.startswith("assets: libero")]
+    assert row.status == "missing" and "/nonexistent/assets" in row.detail
+    with pytest.raises(AssetsMissingError, match=r"libero_spatial: .* missing, e\.g\. /nonexistent/assets"):
+        gym.make("libero_spatial", num_envs=1, vectorization="serial")

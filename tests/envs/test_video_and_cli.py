@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+from pathlib import Path
 
 import imageio.v2 as imageio
 import numpy as np
@@ -66,9 +67,62 @@ def test_the_overlay_counts_each_auto_reset_episode_from_its_first_step(tmp_path
     assert [f[2] for f in frames] == [v % 256 for v in images]
 
 
+@pytest.mark.parametrize("chunk_reset, skip, captions", [
+    ("end_of_chunk", None, ["t=1", "t=2", "t=3", "t=3 ended R=0.30 (waits for reset)"] * 2),
+    ("immediate", False, ["t=1", "t=2", "t=3", "t=1", "t=2", "t=3", "t=1", "t=2"]),
+])
+def test_the_overlay_follows_episodes_that_end_inside_a_chunk(tmp_path, chunk_reset, skip, captions):
+    """Episodes of 3 steps, chunks of 4. The overlay kept its own step counter: a finished env waiting for
+    its reset was captioned t=0 as if a new episode ran, and an episode begun inside a chunk (immediate
+    resets, finished envs stepped: the GPU backend's setting) was counted one step late, with a wrong
+    return. Captions now follow the env's own step count and what each sub-step stepped."""
+    env = ChunkVectorEnv(SerialBackend([functools.partial(ToyEnv, 3)]), chunk_reset=chunk_reset,
+                         skip_finished_actions=skip)
+    rec = RecordVideo(env, tmp_path / "rollout.mp4")
+    lines = []
+    rec._push = lambda images, text: lines.append(text[0])
+    rec.reset(seed=0)
+    for _ in range(2):
+        rec.chunk_step(np.zeros((1, 4, 7), np.float32))
+    rec.close()
+    assert [line.split(" r=")[0] for line in lines[1:]] == captions
+    returns = [float(line.split("R=")[1].split()[0]) for line in lines[1:]]
+    steps = [int(line.split()[0][2:]) for line in lines[1:]]
+    assert returns == pytest.approx([0.1 * t for t in steps])  # each episode's own return
+
+
+def test_a_video_the_encoder_could_not_finish_is_reported_after_the_rollout(tmp_path):
+    """ffmpeg writes a short video only when it closes; a full disk then left an unreadable file and
+    close() said nothing. The file is now checked (its MP4 boxes) and the failure reported."""
+    from vla_envs.errors import VideoWriteError
+    from vla_envs.wrappers.video import mp4_is_complete
+
+    env = ChunkVectorEnv(SerialBackend([functools.partial(ToyEnv, 4)]))
+    rec = RecordVideo(env, tmp_path / "rollout.mp4")
+    rec.reset(seed=0)
+    rec.chunk_step(np.zeros((1, 4, 7), np.float32))
+    rec.close()
+    assert mp4_is_complete(tmp_path / "rollout.mp4")
+    data = (tmp_path / "rollout.mp4").read_bytes()
+    for cut in (len(data) - 1, len(data) // 2, 7):  # what a full disk leaves: a file cut short
+        (tmp_path / "cut.mp4").write_bytes(data[:cut])
+        assert not mp4_is_complete(tmp_path / "cut.mp4")
+    if Path("/dev/full").exists():  # a device every write to fails with ENOSPC
+        env = ChunkVectorEnv(SerialBackend([functools.partial(ToyEnv, 4)]))
+        (tmp_path / "full.mp4").symlink_to("/dev/full")
+        rec = RecordVideo(env, tmp_path / "full.mp4")
+        rec.reset(seed=0)
+        out = rec.chunk_step(np.zeros((1, 4, 7), np.float32))  # the rollout itself goes on
+        assert out.valid.all()
+        with pytest.raises(VideoWriteError, match="full.mp4 failed"):
+            rec.close()
+        assert env.closed
+
+
 @pytest.mark.parametrize("name, says", [("a.txt", "must end in .mp4"), ("folder.mp4", "is a folder"),
                                         ("file/x.mp4", "is a file, not a folder"),
-                                        ("file/deeper/x.mp4", "is a file, not a folder")])
+                                        ("file/deeper/x.mp4", "is a file, not a folder"),
+                                        ("/proc/rollout.mp4", "cannot be written")])
 def test_a_video_path_that_cannot_be_written_is_refused_before_the_rollout(tmp_path, capsys, name, says):
     from vla_trainer.cli.eval import main as eval_main
 
@@ -150,3 +204,69 @@ def test_rollout_episodes_do_not_favour_quick_successes(monkeypatch, tmp_path):
     index = json.loads((tmp_path / "demos" / "index.json").read_text())
     assert summary["episodes"] == summary["demos_kept"] == len(index["episodes"]) == 6
     assert sum(e["success_once"] for e in index["episodes"]) == round(summary["success_once"] * 6)
+
+
+@pytest.fixture
+def toy_task(monkeypatch):
+    """A registered toy id whose episodes last 50 steps under the zero policy (no success)."""
+    monkeypatch.setitem(TASKS, "vla/ToyLong-v0", TaskSpec("vla/ToyLong-v0", "toy", "tests", 50, "toy_env:make_toy_cli_env",
+                                                        kwargs={"max_episode_steps": 50}))
+    register_all()
+    return "vla/ToyLong-v0"
+
+
+def test_episodes_asked_for_are_run_to_the_end_unless_steps_bound_them(toy_task, capsys):
+    """The README's `collect-demos --episodes 50` stopped after the default 80 steps per env (about one
+    PutOnPlate episode each) and said nothing; --episodes now runs until they finished, and a --steps
+    bound that cuts them short is named."""
+    base = ["rollout", toy_task, "--policy", "zero", "--num-envs", "2", "--image-size", "4"]
+    assert main(base + ["--episodes", "6"]) == 0
+    assert json.loads(capsys.readouterr().out)["episodes"] == 6
+    assert main(base + ["--episodes", "6", "--steps", "60"]) == 0
+    out = capsys.readouterr()
+    assert json.loads(out.out)["episodes"] == 2 and "2 of the 6 episodes asked for finished within --steps 60" in out.err
+
+
+def test_bad_rollout_options_are_named_before_the_envs_start(toy_task, capsys, tmp_path, monkeypatch):
+    import vla_envs.cli as cli
+
+    with pytest.raises(SystemExit) as e:
+        main(["rollout", toy_task, "--seed", "-1"])
+    assert e.value.code == 2 and "argument --seed: expected an integer >= 0" in capsys.readouterr().err
+    assert main(["rollout", toy_task, "--env-kwargs", '{"num_envs": 3}']) == 2
+    assert "num_envs is set by --num-envs" in capsys.readouterr().err
+    # eval-ood checks --out before the variants run (minutes each), not after
+    (tmp_path / "afile").write_text("")
+    calls = []
+    monkeypatch.setattr(cli, "run_episodes", lambda a: calls.append(a.env_id))
+    assert main(["eval-ood", "--out", str(tmp_path / "afile" / "ood")]) == 2
+    assert calls == [] and "afile" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (Linux)")
+def test_a_video_that_failed_is_reported_with_the_rollouts_numbers(toy_task, capsys, tmp_path):
+    """A video the disk could not take raised out of close() as a traceback, losing the rollout's
+    summary; now the summary is printed and the failure named, exit 1."""
+    (tmp_path / "full.mp4").symlink_to("/dev/full")  # every write fails with ENOSPC
+    assert main(["rollout", toy_task, "--policy", "zero", "--num-envs", "1", "--image-size", "4", "--steps", "8",
+                 "--video", str(tmp_path / "full.mp4")]) == 1
+    out = capsys.readouterr()
+    summary = json.loads(out.out)
+    assert summary["env_steps"] == 8 and summary["video"] is None and "full.mp4 failed" in summary["video_error"]
+    assert "vla-envs: error: writing" in out.err
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (Linux)")
+def test_vla_eval_keeps_its_results_when_the_video_fails(tmp_path, capsys):
+    """vla-eval closed its recorder in a finally: a video error there lost the evaluation just run."""
+    from vla_trainer.cli.eval import close_recording
+
+    env = ChunkVectorEnv(SerialBackend([functools.partial(ToyEnv, 4)]))
+    (tmp_path / "full.mp4").symlink_to("/dev/full")
+    rec = RecordVideo(env, tmp_path / "full.mp4")
+    rec.reset(seed=0)
+    rec.chunk_step(np.zeros((1, 4, 7), np.float32))
+    errors: list[str] = []
+    close_recording(rec, errors)
+    assert env.closed and len(errors) == 1 and "full.mp4 failed" in errors[0]
+    assert "results are reported without it" in capsys.readouterr().err

@@ -446,7 +446,7 @@ class ChunkVectorEnv(VectorEnv, gym.Env):
             for observer in self._observers:  # before an immediate reset: they see each episode's last step
                 observer({"obs": self._obs, "instruction": self._instructions,
                           "reward": rewards[:, j], "success": success[:, j], "valid": valid[:, j],
-                          "elapsed": self._elapsed, "done": ended})
+                          "stepped": stepped, "elapsed": self._elapsed, "done": ended})
             if done.size and self.auto_reset and self.chunk_reset == "immediate":
                 self._reset_envs(done, np.full(done.size, -1, np.int64))
 
@@ -541,10 +541,17 @@ class ChunkVectorEnv(VectorEnv, gym.Env):
         obs["instruction"] = tuple(self._instructions)
         return obs
 
+    @property
+    def elapsed_steps(self) -> np.ndarray:
+        """Steps each env's running episode has taken, int ``[N]`` (a copy)."""
+        return self._elapsed.copy()
+
     def add_step_observer(self, observer: Callable[[dict[str, Any]], None]) -> None:
         """Call ``observer`` after every sub-step with a dict of the current ``obs``,
-        ``instruction``, and per-env ``reward``, ``success``, ``valid``, ``elapsed`` (steps of
-        the running episode) and ``done`` (its episode ended at this sub-step). An env whose episode
+        ``instruction``, and per-env ``reward``, ``success``, ``valid``, ``stepped`` (the env's
+        running episode took this sub-step's action: also an episode that began within the chunk
+        when finished envs are not skipped), ``elapsed`` (steps of the running episode) and
+        ``done`` (its episode ended at this sub-step). An env whose episode
         ended is seen before it is reset, whatever ``chunk_reset``: ``obs`` is then the episode's
         last observation. The video recorder uses this to see every sub-step of a chunk. Observers
         must not modify the arrays."""

