@@ -192,7 +192,9 @@ class Bridge:
 
         while True:
             with self._cond:
-                while self._running and not self._queue and not self._need_ready:
+                # while homing nothing is sent and no ready goes out: the arm is on its way, and a
+                # chunk planned from there would run from home (~/home announces ready when done)
+                while self._running and (self._homing or (not self._queue and not self._need_ready)):
                     self._cond.wait()
                 if not self._running:
                     return

@@ -807,7 +807,10 @@ def test_stop_cuts_homing_and_a_chunk_sent_while_homing_is_never_run(franky_sim)
     from std_srvs.srv import Trigger
 
     from real_robot.nodes.bridge_node import EXECUTOR_THREADS, Bridge
-    from real_robot.nodes.common import ACTION_CHUNK_TOPIC, ACTION_SENT_TOPIC, CHUNK_LABELS, array_msg
+    from std_msgs.msg import Header
+
+    from real_robot.nodes.common import (ACTION_CHUNK_TOPIC, ACTION_SENT_TOPIC, CHUNK_LABELS, READY_TOPIC, array_msg,
+                                         ready_qos)
     from vla_envs.backends.franka.twin import TWIN_REST_JOINT_POSITIONS_RAD
 
     os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))  # not the realtime priority franky left here
@@ -816,7 +819,9 @@ def test_stop_cuts_homing_and_a_chunk_sent_while_homing_is_never_run(franky_sim)
     node = rclpy.create_node("franka_bridge", namespace="/homing_test", context=context)
     caller = rclpy.create_node("caller", namespace="/homing_test", context=context)
     sent: list[float] = []
+    ready: list[float] = []
     caller.create_subscription(Float32MultiArray, ACTION_SENT_TOPIC, lambda msg: sent.append(time.monotonic()), 10)
+    caller.create_subscription(Header, READY_TOPIC, lambda msg: ready.append(time.monotonic()), ready_qos())
     chunks = caller.create_publisher(Float32MultiArray, ACTION_CHUNK_TOPIC, 10)
     executor = rclpy.executors.MultiThreadedExecutor(num_threads=EXECUTOR_THREADS + 1, context=context)
     executor.add_node(caller)
@@ -856,6 +861,18 @@ def test_stop_cuts_homing_and_a_chunk_sent_while_homing_is_never_run(franky_sim)
             assert homing.result().success, homing.result().message
             time.sleep(1.0)
             assert sent == []  # the chunk that came while homing never ran
+
+            # ~/home cutting a running chunk: no ready while homing (the executing thread announced one
+            # as the cut action returned, and the policy planned from an arm on its way home)
+            chunks.publish(array_msg(np.array([[0.0, 0.0, 0.1, 0, 0, 0, -1]] * 8, np.float32), CHUNK_LABELS))
+            wait_until(lambda: sent, 10.0, "the chunk's first action")
+            homing_s = time.monotonic()
+            homing = call("home")
+            wait_until(homing.done, 60.0, "homing to end")
+            done_s = time.monotonic()
+            assert homing.result().success, homing.result().message
+            wait_until(lambda: ready and ready[-1] > done_s - 0.05, 5.0, "a ready once homed")
+            assert [t for t in ready if homing_s < t < done_s - 0.05] == []
         finally:
             bridge.close()
             executor.shutdown()
