@@ -117,12 +117,14 @@ class Bridge:
 
         from real_robot.nodes.common import JOINT_STATE_NAMES, pose_from_matrix, safe_publish
 
+        # stamped before the read: a state stamped after a ready was read after it (the policy acts
+        # only on those), which a stamp taken after a slow read would not guarantee
+        stamp = self.node.get_clock().now().to_msg()
         try:
             obs = self.safety.observation()
         except Exception as e:  # noqa: BLE001  a failed read is reported, the next tick tries again
             self.log.error(f"reading the arm failed: {e!r}", throttle_duration_sec=5.0)
             return
-        stamp = self.node.get_clock().now().to_msg()
         joints = JointState()
         joints.header.stamp, joints.header.frame_id = stamp, self.base_frame
         joints.name = list(JOINT_STATE_NAMES)
