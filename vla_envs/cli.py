@@ -158,6 +158,8 @@ def run_episodes(args: argparse.Namespace, recorder_folder: Path | None = None) 
             bar.set_postfix(episodes=len(so_far), success_once=f"{np.mean(so_far) if so_far else 0:.2f}")
             if quota is not None and all(len(done) >= q for done, q in zip(by_env, quota)):
                 break
+            if getattr(base.unwrapped, "exhausted", False):  # enumerate_initial_states: every id has run
+                break
         step_s = time.perf_counter() - t1
     finally:
         try:
@@ -181,8 +183,10 @@ def run_episodes(args: argparse.Namespace, recorder_folder: Path | None = None) 
 
 def _short_of_episodes(summary: dict, args: argparse.Namespace) -> None:
     if args.episodes and summary["episodes"] < args.episodes:
-        print(f"vla-envs: warning: {summary['episodes']} of the {args.episodes} episodes asked for finished within "
-              f"--steps {args.steps}; raise --steps, or leave it out to run until they finish", file=sys.stderr)
+        why = (f"within --steps {args.steps}; raise --steps, or leave it out to run until they finish"
+               if args.steps is not None else "before every enumerated initial state had run")
+        print(f"vla-envs: warning: {summary['episodes']} of the {args.episodes} episodes asked for finished {why}",
+              file=sys.stderr)
 
 
 def cmd_rollout(args: argparse.Namespace) -> int:

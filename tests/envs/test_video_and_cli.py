@@ -270,3 +270,12 @@ def test_vla_eval_keeps_its_results_when_the_video_fails(tmp_path, capsys):
     close_recording(rec, errors)
     assert env.closed and len(errors) == 1 and "full.mp4 failed" in errors[0]
     assert "results are reported without it" in capsys.readouterr().err
+
+
+def test_a_rollout_over_enumerated_initial_states_ends_when_they_have_run(toy_task, capsys):
+    """With fewer enumerated initial states than --episodes, the envs went idle and the rollout
+    (unbounded steps: eval-ood's setting) never ended."""
+    assert main(["rollout", toy_task, "--policy", "zero", "--num-envs", "2", "--image-size", "4", "--episodes", "6",
+                 "--env-kwargs", '{"enumerate_initial_states": [0, 1, 2]}']) == 0
+    out = capsys.readouterr()
+    assert json.loads(out.out)["episodes"] == 3 and "3 of the 6 episodes asked for finished before every" in out.err
