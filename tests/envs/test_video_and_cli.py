@@ -244,6 +244,8 @@ def test_bad_rollout_options_are_named_before_the_envs_start(toy_task, capsys, t
 
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (Linux)")
+@pytest.mark.reliability(fault="the disk fills up while a rollout's video is written", cases=1,
+                         outcome="the rollout runs to its end; its summary is printed and the video named failed (exit 1)")
 def test_a_video_that_failed_is_reported_with_the_rollouts_numbers(toy_task, capsys, tmp_path):
     """A video the disk could not take raised out of close() as a traceback, losing the rollout's
     summary; now the summary is printed and the failure named, exit 1."""

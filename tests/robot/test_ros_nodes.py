@@ -670,6 +670,8 @@ def _libero_labelled_warm_start(folder: Path) -> Path:
 
 
 @pytest.mark.parametrize("case", ["camera of another resolution", "libero checkpoint", "another crop"])
+@pytest.mark.reliability(fault="ros2 launch with a checkpoint that does not fit the robot env", cases=1,
+                         outcome="the policy node exits 2 naming both sides, before any chunk")
 def test_a_policy_node_refuses_a_checkpoint_that_does_not_fit_as_franka_eval_does(ros_env, tmp_path, case):
     """Under ros2 launch the policy node is all that checks: it acted with a LIBERO checkpoint's actions
     and on a crop other than the trained one (franka-eval refused both). It ends (exit 2) before any
@@ -702,6 +704,8 @@ def test_a_policy_node_refuses_a_checkpoint_that_does_not_fit_as_franka_eval_doe
     assert all(e in log for e in expected), log
 
 
+@pytest.mark.reliability(fault="the arm executes a chunk slower than its nominal duration (slow dynamics)", cases=1,
+                         outcome="the policy node waits while the bridge reports progress; no chunk is cut")
 def test_a_slow_chunk_is_never_cut_by_the_ready_timeout(ros_env):
     """At a slow relative dynamics a chunk of 8 actions takes 5-6 s on franky-sim; the node acted
     anyway 8 x 0.2 + 2 s after publishing it, and its new chunk replaced the 3-5 actions still to
