@@ -101,7 +101,7 @@ def run_episodes(args: argparse.Namespace, recorder_folder: Path | None = None) 
     base = env
     if args.video:
         try:
-            env = RecordVideo(env, args.video, fps=args.fps)
+            env = RecordVideo(env, args.video, fps=args.fps or spec.control_hz)
         except BaseException:  # its folder cannot be made: the workers go too
             base.close()
             raise
@@ -304,7 +304,8 @@ def build_parser() -> argparse.ArgumentParser:
         q.add_argument("--env-kwargs", type=json_object, default="{}", help='JSON of extra gym.make arguments, e.g. \'{"low_poly": true}\'')
     r.add_argument("--policy", choices=("random", "zero", "expert"), default="random")
     r.add_argument("--video", type=video_file, default=None, help="MP4 path (a .json summary is written beside it)")
-    r.add_argument("--fps", type=positive_int, default=10)
+    r.add_argument("--fps", type=positive_int, default=None,
+                   help="frames per second of the video (default: the task's control rate, so it plays in real time)")
     r.set_defaults(func=cmd_rollout)
     c.add_argument("--out", type=Path, required=True, help="demo folder")
     c.add_argument("--all", dest="only_success", action="store_false", help="keep failed episodes too")

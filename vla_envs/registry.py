@@ -48,6 +48,8 @@ class TaskSpec:
     options: type[TaskOptions] | None = None
     """The task's typed options (``core.options.TaskOptions``): their names, checks, and which
     are training only. None: the factory checks its own arguments."""
+    control_hz: float = 20.0
+    """Actions per second: a video of its steps plays in real time at this frame rate."""
 
     def make_expert(self, num_envs: int, seed: int = 0, options: dict[str, Any] | None = None) -> Any:
         """The task's scripted expert for ``num_envs`` envs, made with its keyword ``options``.
@@ -139,7 +141,7 @@ _MANISKILL_PRIMITIVES = {
 
 TASKS: dict[str, TaskSpec] = {
     env_id: TaskSpec(env_id, "maniskill", "maniskill-primitives", steps, _MANISKILL,
-                     {"task": task, "instruction": text}, ("mani_skill", "sapien"), "maniskill")
+                     {"task": task, "instruction": text}, ("mani_skill", "sapien"), "maniskill", control_hz=20.0)
     for env_id, (task, steps, text) in _MANISKILL_PRIMITIVES.items()
 }
 
@@ -153,7 +155,7 @@ def _put_on_plate_specs() -> dict[str, TaskSpec]:
     return {env_id: TaskSpec(env_id, "maniskill", f"put-on-plate/{v.category}", 80, _PUT_ON_PLATE,
                              {"variant": env_id}, ("mani_skill", "sapien"), "maniskill",
                              expert="vla_envs.tasks.put_on_plate.expert:ScriptedExpert",
-                             options=PutOnPlateOptions)
+                             options=PutOnPlateOptions, control_hz=5.0)
             for env_id, v in (VARIANTS | CURRICULUM).items()}
 
 
@@ -168,7 +170,7 @@ def _libero_specs() -> dict[str, TaskSpec]:
 
     return {group: TaskSpec(group, "libero", "libero", max_steps(group), _LIBERO, {"group": group},
                             ("libero", "robosuite", "mujoco"), "libero",
-                            options=LiberoOptions)
+                            options=LiberoOptions, control_hz=20.0)
             for group in GROUPS}
 
 
@@ -176,7 +178,7 @@ TASKS.update(_libero_specs())
 
 TASKS["franka/PutOnPlate-v0"] = TaskSpec(
     "franka/PutOnPlate-v0", "franka", "real", 80, "vla_envs.backends.franka.make:make_franka_vector_env",
-    requires=("franky", "pyrealsense2"), extra="robot")
+    requires=("franky", "pyrealsense2"), extra="robot", control_hz=5.0)
 
 
 def get_task(env_id: str) -> TaskSpec:

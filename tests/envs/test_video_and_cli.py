@@ -281,3 +281,11 @@ def test_a_rollout_over_enumerated_initial_states_ends_when_they_have_run(toy_ta
                  "--env-kwargs", '{"enumerate_initial_states": [0, 1, 2]}']) == 0
     out = capsys.readouterr()
     assert json.loads(out.out)["episodes"] == 3 and "3 of the 6 episodes asked for finished before every" in out.err
+
+
+def test_a_rollout_video_plays_at_the_tasks_control_rate(toy_task, tmp_path, capsys):
+    """--fps defaulted to 10: a 5 Hz PutOnPlate rollout played twice as fast as it ran."""
+    assert get_task("PutOnPlateInScene25Main-v3").control_hz == 5.0 and get_task("libero_goal").control_hz == 20.0
+    assert main(["rollout", toy_task, "--policy", "zero", "--num-envs", "1", "--image-size", "4", "--steps", "4",
+                 "--video", str(tmp_path / "v.mp4")]) == 0
+    assert imageio.get_reader(tmp_path / "v.mp4", format="FFMPEG").get_meta_data()["fps"] == TASKS[toy_task].control_hz

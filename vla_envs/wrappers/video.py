@@ -128,13 +128,14 @@ class RecordVideo(VectorWrapper):
     Args:
         env: the vector env.
         path: output file ending in ``.mp4``; parent folders are created.
-        fps: frames per second of the video.
+        fps: frames per second of the video (the task's control rate, ``TaskSpec.control_hz``, plays
+            it in real time).
         max_frames: stop recording after this many frames (the file stays valid).
 
     The file is complete after ``close()`` (of the wrapper or of the env through it).
     """
 
-    def __init__(self, env: ChunkVectorEnv, path: str | Path, fps: int = 10, max_frames: int = 10_000):
+    def __init__(self, env: ChunkVectorEnv, path: str | Path, fps: float = 10, max_frames: int = 10_000):
         super().__init__(env)
         base = env.unwrapped
         if not isinstance(base, ChunkVectorEnv):

@@ -39,6 +39,7 @@ def evaluate_tasks(policy, tasks: list[str], args, asset_meta: dict) -> list[dic
     from vla_trainer.config.schema import EnvSplitConfig
     from vla_trainer.rl.evaluation import evaluate_policy, wilson_interval
     from vla_trainer.build import make_env
+    from vla_envs.registry import get_task
     from vla_envs.wrappers import RecordVideo
 
     rows = []
@@ -48,7 +49,7 @@ def evaluate_tasks(policy, tasks: list[str], args, asset_meta: dict) -> list[dic
                                env_kwargs=args.env_kwargs)
         env = make_env(split, policy.config.image_size, evaluation=True, expert_start_phase=args.expert_start_phase)
         asset_meta.setdefault("asset_pack", getattr(env, "asset_pack", None))
-        run_env = RecordVideo(env, args.video, fps=5) if (args.video and i == 0) else env
+        run_env = RecordVideo(env, args.video, fps=get_task(task).control_hz) if (args.video and i == 0) else env
         episodes: dict = {}
         try:
             res = evaluate_policy(run_env, policy, args.num_episodes, seed=args.seed, greedy=args.greedy,
@@ -322,6 +323,7 @@ def libero_main(args) -> int:
 
     import vla_envs  # noqa: F401
     from vla_envs.backends.libero.suites import INIT_STATES_PER_TASK, suite_tasks
+    from vla_envs.registry import get_task
     from vla_envs.wrappers import RecordVideo
     from vla_trainer.rl.evaluation import check_execute_steps, evaluate_initial_states
     from vla_trainer.models import VLAModelError, VLAPolicy
@@ -340,7 +342,7 @@ def libero_main(args) -> int:
             ids = [t * INIT_STATES_PER_TASK + i for t in range(len(tasks)) for i in range(args.trials_per_task)]
             env = gym.make(suite, num_envs=min(args.num_envs, len(ids)), auto_reset=True,
                            enumerate_initial_states=ids, vectorization=args.vectorization, **kwargs)
-            run_env = RecordVideo(env, args.video, fps=20) if (args.video and suite_index == 0) else env  # 20 Hz control
+            run_env = RecordVideo(env, args.video, fps=get_task(suite).control_hz) if (args.video and suite_index == 0) else env
             try:
                 res = evaluate_initial_states(run_env, policy, seed=args.seed, greedy=args.greedy,
                                               temperature=args.temperature, top_k=args.top_k or None,
