@@ -999,7 +999,8 @@ def test_every_variant_makes_resets_and_steps(asset_root, monkeypatch):
             assert (obs["instruction"][0] == trained) == ("Instruct" not in env_id), env_id
             if variant.distractor:  # another model of the variant's, on the layout's third cell
                 group = task.objects if variant.distractor == "object" else task.plates
-                assert sel["distractor"] in task.split.distractor_pool and sel["distractor"] != sel[variant.distractor]
+                pool = task.split.distractors if task.split.distractors is not None else task.split.distractor_pool
+                assert sel["distractor"] in pool and sel["distractor"] != sel[variant.distractor]
                 xy = group[sel["distractor"]].pose.p[0, :2].numpy()
                 assert np.linalg.norm(xy - cells[2]) < 0.01, env_id
             for _ in range(variant.move_object_at_step or 1):
@@ -1044,6 +1045,27 @@ def test_the_variants_draw_what_the_references_ood_evaluation_draws():
     assert split("PositionChange").layout == "third_far_from_object"
     with pytest.raises(ValueError, match="has 1 plate"):
         split("Plate", 1)
+    # the two train-set runs of the reference's semantic category
+    ind, dist = split("MultiCarrotTrain"), split("MultiPlateTrain")
+    assert ind.num_episodes == 16 * 15 * 16 * 2104 * 4 and ind.objects == range(0, 16)
+    assert dist.num_episodes == 16 * 16 * 21 * 2104 * 4 and dist.plates == range(0, 1)
+    d = episodes.decode(np.arange(0, dist.num_episodes, 21 * 2104 * 4 - 1), dist)
+    assert set(d["distractor"].tolist()) == set(range(1, 17)) and set(d["plate"].tolist()) == {0}
+    counts = {c: sum(v.category == c for v in VARIANTS.values()) for c in ("vision", "semantic", "execution")}
+    assert counts == {"vision": 5, "semantic": 7, "execution": 3}  # the paper's Table 2 columns
+
+
+def test_the_ood_average_is_the_mean_of_the_category_averages_as_the_papers():
+    """The paper's Avg. is the mean of its three category averages (RLinf-PPO: (82.03 + 78.35 +
+    85.42) / 3 = 81.93); the mean over the 15 variants would weigh the 7 semantic ones more."""
+    from vla_envs.tasks.put_on_plate.variants import ood_table
+
+    rows = ([{"env_id": f"v{i}", "category": "vision", "success_once": 1.0, "success_at_end": 1.0} for i in range(5)]
+            + [{"env_id": f"s{i}", "category": "semantic", "success_once": 0.0, "success_at_end": 0.0} for i in range(7)]
+            + [{"env_id": f"e{i}", "category": "execution", "success_once": 0.5, "success_at_end": 0.5} for i in range(3)])
+    averages, table = ood_table(rows, "header")
+    assert averages["ood_all"]["success_once"] == pytest.approx(0.5)  # not 6.5 / 15
+    assert averages["semantic"]["success_once"] == 0.0 and "OOD average (of the 3 categories)" in table
 
 
 def test_reach_report_bands_count_each_episode_once():

@@ -119,8 +119,9 @@ def pairs_between(object_cells: Sequence[int], plate_cells: Sequence[int]) -> tu
 class Split:
     """Which objects, plates and table overlays (index ranges), positions and yaws (indices into
     ``layout_xy(layout)`` and ``YAWS_RAD``; ``None``: all positions, the training yaws) a split
-    draws from, and whether a distractor (``"object"`` or ``"plate"``: another model of the
-    split's objects or plates, each other one by a digit of its own) stands on the layout's third cell.
+    draws from, and whether a distractor (``"object"`` or ``"plate"``, drawn by a digit of its own)
+    stands on the layout's third cell: another of the split's objects or plates, or one of
+    ``distractors`` (a range of models of that kind the split's own never are).
 
     ``parity`` (0 or 1) keeps only the combinations whose digits sum to an even (0) or odd
     (1) number: a checkerboard over the product, so the two parities of one product share every
@@ -136,11 +137,17 @@ class Split:
     parity: int | None = None
     layout: str = "grid"
     distractor: str = ""
+    distractors: range | None = None
 
     def __post_init__(self):
         if self.distractor not in ("", "object", "plate"):
             raise ValueError(f"split {self.name!r}: distractor must be '', 'object' or 'plate', got {self.distractor!r}")
-        if self.distractor and len(self.distractor_pool) < 2:
+        if self.distractors is not None:
+            own = self.distractor_pool if self.distractor else range(0)
+            if not self.distractor or not len(self.distractors) or set(own) & set(self.distractors):
+                raise ValueError(f"split {self.name!r}: distractors {list(self.distractors)} must be a non-empty range "
+                                 f"of {self.distractor or 'object or plate'}s the split's own are not")
+        elif self.distractor and len(self.distractor_pool) < 2:
             raise ValueError(f"split {self.name!r}: a distractor {self.distractor} needs at least two "
                              f"{self.distractor}s, the split has {list(self.distractor_pool)}")
         if self.distractor and layout_xy(self.layout).shape[1] < 3:
@@ -149,7 +156,15 @@ class Split:
 
     @property
     def distractor_pool(self) -> range:
+        """The split's own objects or plates (of the distractor's kind)."""
         return {"object": self.objects, "plate": self.plates}.get(self.distractor, range(0))
+
+    @property
+    def n_distractors(self) -> int:
+        """Radix of the distractor digit: the other models of the pool, or ``distractors``; 1 without."""
+        if not self.distractor:
+            return 1
+        return len(self.distractors) if self.distractors is not None else len(self.distractor_pool) - 1
 
     @property
     def position_ids(self) -> np.ndarray:
@@ -163,7 +178,7 @@ class Split:
     @property
     def radices(self) -> tuple[int, int, int, int, int, int]:
         """Of the whole product (before ``parity``)."""
-        return (len(self.objects), len(self.plates), max(len(self.distractor_pool) - 1, 1),
+        return (len(self.objects), len(self.plates), self.n_distractors,
                 len(self.overlays), len(self.position_ids), len(self.yaw_ids))
 
     @functools.cached_property
@@ -233,7 +248,9 @@ def decode(episode_ids: np.ndarray, split: Split) -> dict[str, np.ndarray]:
     out = {"object": obj + split.objects.start, "plate": plate + split.plates.start,
            "overlay": overlay + split.overlays.start, "position": split.position_ids[position],
            "yaw": split.yaw_ids[yaw], "distractor": np.full_like(obj, -1)}
-    if split.distractor:
+    if split.distractors is not None:
+        out["distractor"] = split.distractors.start + extra
+    elif split.distractor:
         pool = split.distractor_pool
         out["distractor"] = pool.start + (out[split.distractor] - pool.start + 1 + extra) % len(pool)
     return out
@@ -268,7 +285,12 @@ def encode(episode: Episode, split: Split) -> int:
         return int(hit[0])
 
     extra = 0
-    if split.distractor:
+    if split.distractors is not None:
+        if episode.distractor not in split.distractors:
+            raise ValueError(f"distractor {episode.distractor} is not one of split {split.name!r}'s "
+                             f"{list(split.distractors)}")
+        extra = episode.distractor - split.distractors.start
+    elif split.distractor:
         pool = split.distractor_pool
         chosen = getattr(episode, split.distractor)
         if episode.distractor not in pool or episode.distractor == chosen:

@@ -62,8 +62,11 @@ class Variant:
     instructions: tuple[str, ...] = ("put {object} on {plate}",)
     """Templates, chosen per episode by its yaw digit and object (deterministic)."""
     distractor: str = ""
-    """``"object"`` or ``"plate"``: another of that kind (of this variant's objects or plates) on
-    the layout's third cell."""
+    """``"object"`` or ``"plate"``: another of that kind (of this variant's objects or plates, or
+    of ``distractors``) on the layout's third cell."""
+    distractors: range | str | None = None
+    """Where the distractor is drawn from when not from the variant's own objects or plates: a range,
+    or ``UNSEEN_PLATES``."""
     layout: str = "grid"
     """Where the object, the plate and a third cell stand (``episodes.LAYOUTS``)."""
     init_qpos_noise_rad: float = 0.0
@@ -80,16 +83,19 @@ class Variant:
 
     def split(self, n_plates: int = 1) -> Split:
         """The episodes of this variant with a pack of ``n_plates`` plates."""
-        plates = self.plates
-        if plates == UNSEEN_PLATES:
-            if n_plates < 2:
-                raise ValueError(f"{self.env_id} draws the asset pack's unseen plates, and the pack has "
-                                 f"{n_plates} plate(s): at least 2 are needed")
-            plates = range(1, n_plates)
-        elif plates.stop > n_plates:
-            raise ValueError(f"{self.env_id} draws plates {list(plates)}; the asset pack has {n_plates}")
-        return Split(self.env_id, self.objects, plates, self.overlays, self.positions, self.yaws,
-                     self.parity, self.layout, self.distractor)
+        def resolve(plates: range | str | None) -> range | None:
+            if plates == UNSEEN_PLATES:
+                if n_plates < 2:
+                    raise ValueError(f"{self.env_id} draws the asset pack's unseen plates, and the pack has "
+                                     f"{n_plates} plate(s): at least 2 are needed")
+                return range(1, n_plates)
+            if plates is not None and plates.stop > n_plates:
+                raise ValueError(f"{self.env_id} draws plates {list(plates)}; the asset pack has {n_plates}")
+            return plates
+
+        distractors = resolve(self.distractors) if self.distractor == "plate" else self.distractors
+        return Split(self.env_id, self.objects, resolve(self.plates), self.overlays, self.positions, self.yaws,
+                     self.parity, self.layout, self.distractor, distractors)
 
 
 def _v(name: str, category: str, **kw) -> Variant:
@@ -113,6 +119,11 @@ VARIANTS: dict[str, Variant] = {v.env_id: v for v in [
     # than 15 cm from the target plate, each more than 7 cm from the other model
     _v("MultiCarrot", "semantic", objects=TEST_OBJECTS, distractor="object", layout="third_far_from_object"),
     _v("MultiPlate", "semantic", plates=UNSEEN_PLATES, overlays=ALL_OVERLAYS, distractor="plate",
+       layout="third_far_from_plate"),
+    # the reference's two train-set runs, in its semantic category: training objects with another
+    # training object ("M-Obj. (IND)"), the training plate with an unseen one beside it ("Dist. Recep.")
+    _v("MultiCarrotTrain", "semantic", distractor="object", layout="third_far_from_object"),
+    _v("MultiPlateTrain", "semantic", overlays=ALL_OVERLAYS, distractor="plate", distractors=UNSEEN_PLATES,
        layout="third_far_from_plate"),
     # Execution
     _v("Position", "execution", layout="ring", yaws=UNSEEN_YAWS),
@@ -150,8 +161,10 @@ def ood_table(rows: list[dict], header: str) -> tuple[dict, str]:
         header: the first line (which policy, which asset pack, how many episodes).
 
     Returns:
-        ``(averages, markdown)``; averages per category and over all OOD variants (``ood_all``),
-        each with ``success_once`` and ``success_at_end`` (and ``grasped_once``).
+        ``(averages, markdown)``; averages per category and the OOD average (``ood_all``: the mean
+        of the category averages, as the paper's "Avg." column, so each category weighs the same
+        whatever its number of variants), each with ``success_once`` and ``success_at_end`` (and
+        ``grasped_once``).
     """
     import numpy as np
 
@@ -162,9 +175,9 @@ def ood_table(rows: list[dict], header: str) -> tuple[dict, str]:
         sel = [r for r in rows if r["category"] == cat]
         if sel:
             averages[cat] = {k: float(np.mean([r[k] for r in sel])) for k in metrics}
-    ood = [r for r in rows if r["category"] in CATEGORIES]
-    if ood:
-        averages["ood_all"] = {k: float(np.mean([r[k] for r in ood])) for k in metrics}
+    categories = [averages[c] for c in CATEGORIES if c in averages]
+    if categories:
+        averages["ood_all"] = {k: float(np.mean([c[k] for c in categories])) for k in metrics}
     lines = [header, "", "| variant | category | " + " | ".join(metrics) + " |", "|---|---|" + "---|" * len(metrics)]
 
     def cell(r: dict, k: str) -> str:
@@ -172,6 +185,7 @@ def ood_table(rows: list[dict], header: str) -> tuple[dict, str]:
         return f"{r[k]:.3f}" + (f" (95 % CI {ci[0]:.3f}-{ci[1]:.3f})" if ci else "")
 
     lines += [f"| {r['env_id']} | {r['category']} | " + " | ".join(cell(r, k) for k in metrics) + " |" for r in rows]
-    lines += [f"| **{c} average** | | " + " | ".join(f"{v[k]:.3f}" for k in metrics) + " |"
+    label = {"ood_all": "OOD average (of the 3 categories)"}
+    lines += [f"| **{label.get(c, f'{c} average')}** | | " + " | ".join(f"{v[k]:.3f}" for k in metrics) + " |"
               for c, v in averages.items()]
     return averages, "\n".join(lines)
