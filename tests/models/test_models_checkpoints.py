@@ -97,7 +97,8 @@ def test_lora_targets_and_trainable_parameters(saved):
     assert "language_model.model.layers.0.self_attn.q_proj" in targets
     assert "projector.fc1" in targets
     assert "vision_backbone.featurizer.encoder.layer.0.attention.q_proj" in targets
-    assert not [t for t in targets if t.startswith("value_head") or t.endswith("lm_head")]
+    assert not [t for t in targets if t.startswith("value_head")]
+    assert "language_model.lm_head" in targets  # the action-token logits, as the reference adapts them
     # the last vision blocks and SigLIP's pooling head never run: not adapted
     last = model.config.vision_config.num_hidden_layers - 1
     assert f"vision_backbone.featurizer.encoder.layer.{last}.mlp.fc1" not in targets

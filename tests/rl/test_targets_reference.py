@@ -230,6 +230,7 @@ def test_grpo_targets_match_the_reference(groups, group_size, c, max_steps, mode
                           group_size=group_size, length_normalization=True, success_rate_filter=use_filter)
     targets = compute_targets(rollout, alg, group_size=group_size)
     want, _ = reference_grpo(refs, reward_type, logprob_type, group_size, use_filter)
+    unfiltered, _ = reference_grpo(refs, reward_type, logprob_type, group_size, False)
     lp_shape = {"chunk_level": (t, n), "action_level": (t, n, c), "token_level": (t, n, c, A)}[logprob_type]
     assert tuple(targets.weights.shape) == lp_shape
     for i, ref in enumerate(refs):
@@ -239,11 +240,19 @@ def test_grpo_targets_match_the_reference(groups, group_size, c, max_steps, mode
             counted = s["key"] in w["keys"]
             assert bool(targets.mask[key]) == counted, (i, s["key"])
             assert float(targets.advantages[key]) == pytest.approx(w["adv"] if counted else 0.0, abs=1e-5)
-        # every trajectory weighs 1 (or 0 when filtered / empty), spread evenly over its valid entries
+        # every trajectory weighs 1 (0 when empty), spread evenly over its valid entries; a filtered one
+        # too, since it still counts in the loss's denominator (its entries are out of the mask)
+        u = unfiltered[i]
         weights = targets.weights[:, i].reshape(-1)
         nonzero = weights[weights > 0]
-        assert float(weights.sum()) == pytest.approx(1.0 if w["weight"] else 0.0, abs=1e-5)
-        assert torch.allclose(nonzero, torch.full_like(nonzero, w["weight"]))
+        assert float(weights.sum()) == pytest.approx(1.0 if u["weight"] else 0.0, abs=1e-5)
+        assert torch.allclose(nonzero, torch.full_like(nonzero, u["weight"]))
+        if use_filter:
+            for s in ref.reward_steps(reward_type):
+                key = (s["key"][0], i) + s["key"][1:]
+                assert bool(targets.denominator_mask[key]) == (s["key"] in u["keys"])
+        else:
+            assert targets.denominator_mask is None
 
 
 def test_a_second_episode_in_one_chunk_does_not_steal_the_first_ones_bootstrap():

@@ -278,3 +278,34 @@ def test_rank_metrics_merge_keeps_what_only_one_rank_logged():
                                   "actor/ratio_max": 1.5}])
     assert merged == pytest.approx({"actor/clipfrac": 0.3, "actor/grad_norm": 2.0, "actor/ratio_min": 0.5,
                                     "actor/ratio_max": 1.5})
+
+
+def test_groups_the_success_rate_filter_drops_still_count_in_the_loss_denominator():
+    """As the reference's masked mean: a filtered group weighs 0 and the others keep their weight.
+    Dividing by the kept trajectories only made an update that keeps 1 group in 2 twice as strong as
+    one where the other group has no signal (8x for 1 in 8, late in LIBERO training)."""
+    base = ["env.train.total_num_envs=4", "algorithm.group_size=2", "actor.global_batch_size=8",
+            "actor.micro_batch_size=2", "actor.optim.clip_grad=1.0e9"]
+    grads = []
+    for filtered in (True, False):
+        cfg = load_config("cpu_grpo_tiny_put_on_plate", base + (
+            ["algorithm.success_rate_filter=true", "algorithm.filter_low=0.0", "algorithm.filter_high=10.0"]
+            if filtered else []))
+        policy = policy_for(*tiny())
+        rollout = synthetic_rollout(policy, N=4)
+        rollout.rewards[:, :2] *= 0.1  # group (0, 1): mean score about 0.5, kept
+        rollout.rewards[:, 2:] *= 10.0  # group (2, 3): about 80, dropped by the filter ...
+        if not filtered:
+            rollout.rewards[:, 3] = rollout.rewards[:, 2]  # ... or, without it, scoring alike (no signal)
+        targets = compute_targets(rollout, cfg.algorithm, group_size=2)
+        assert targets.advantages[:, 2:].abs().sum() == 0 and targets.advantages[:, :2].abs().sum() > 0
+        opt, params = make_optimizer(policy, cfg)
+        seen = []
+        step = opt.step
+        opt.step = lambda *a, **kw: (seen.append([p.grad.clone() for p in params if p.grad is not None]),
+                                     step(*a, **kw))[1]
+        update_policy(policy, opt, params, rollout, targets, cfg, 0, torch.Generator().manual_seed(0))
+        grads.append(seen[0])
+    assert len(grads[0]) == len(grads[1]) and any(g.abs().sum() > 0 for g in grads[0])
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-8)

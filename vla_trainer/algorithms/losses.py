@@ -112,7 +112,7 @@ def ppo_policy_loss(
 
     ``r = exp(log_probs - old_log_probs)``; per entry
     ``loss = max(-A * r, -A * clip(r, 1 - clip_low, 1 + clip_high))``, then ``masked_mean``.
-    PPO recipes use 0.2 / 0.2, GRPO recipes 0.2 / 0.28.
+    The PPO OpenVLA recipe uses 0.2 / 0.2, the GRPO and PPO OpenVLA-OFT recipes 0.2 / 0.28.
 
     Args:
         log_probs: current policy's log-probs (differentiable), at ``logprob_type`` granularity.

@@ -191,6 +191,7 @@ class OptimConfig:
     adam_beta2: float = 0.999
     adam_eps: float = 1.0e-5
     weight_decay: float = 0.0
+    """AdamW's (the CPU recipes' values; the paper's recipes set the reference's 1e-8 and 0.01)."""
     clip_grad: float = 10.0
     critic_warmup_steps: int = 0
 

@@ -2,10 +2,10 @@
 model folder is ``vla_trainer.checkpoint.export_merged``).
 
 ``apply_lora`` targets every linear layer of the forward pass (vision blocks that run, the
-projector, the language model's attention and MLP), like peft's ``"all-linear"``: the LM head
-is left out, and so are the vision blocks and SigLIP pooling head that OpenVLA never runs. The
-value head is not LoRA-adapted but stays fully trainable (peft ``modules_to_save``) and is
-saved with the adapter.
+projector, the language model's attention and MLP, and the LM head, whose action-token rows are
+the policy's logits), as the reference's LoRA does, with its Gaussian initialisation of A (B = 0);
+the vision blocks and SigLIP pooling head that OpenVLA never runs are left out. The value head is
+not LoRA-adapted but stays fully trainable (peft ``modules_to_save``) and is saved with the adapter.
 
 An adapter directory also holds ``vla_base_model.json``: a fingerprint of the base model, so
 that loading it onto another base model fails with a clear error instead of silently
@@ -55,7 +55,7 @@ def _fingerprint_modules(model) -> list[str]:
 def lora_target_modules(model) -> list[str]:
     """Names of the linear layers LoRA adapts by default (see the module docstring)."""
     model = unwrap(model)
-    skip = ("value_head", "language_model.lm_head") + tuple(
+    skip = ("value_head",) + tuple(
         f"vision_backbone.{n}" for n in model.vision_backbone.unused_module_names()
     )
     return [
@@ -90,6 +90,7 @@ def apply_lora(
         lora_dropout=dropout,
         target_modules=target_modules or lora_target_modules(model),
         modules_to_save=modules_to_save,
+        init_lora_weights="gaussian",
     )
     return get_peft_model(model, config)
 

@@ -54,6 +54,10 @@ class Targets:
     """GRPO length normalisation: loss weights per log-prob entry (``[T, N]``, ``[T, N, C]`` or
     ``[T, N, C, A]`` by ``logprob_type``), summing to 1 over each trajectory; or None."""
     stats: dict
+    denominator_mask: torch.Tensor | None = None
+    """GRPO with the success-rate filter: ``mask`` before the filter. The policy loss is divided by
+    what it counts, as the reference's masked mean is, so a filtered group weighs 0 without
+    enlarging the others' gradient (an update that keeps 1 group in 8 is not 8 times stronger)."""
 
 
 def compute_targets(rollout: Rollout, alg: AlgorithmConfig, group_size: int = 1) -> Targets:
@@ -89,9 +93,11 @@ def compute_targets(rollout: Rollout, alg: AlgorithmConfig, group_size: int = 1)
     # skips them) and, with the filter, kept by it (dropped from the mask)
     keep = ~uniform_groups(scores, group_size)
     stats["grpo/groups_uniform"] = float((~keep).float().mean())
+    unfiltered = None
     if alg.success_rate_filter:
         kept = success_rate_filter(scores, group_size, alg.filter_low, alg.filter_high)
         keep_env = kept.repeat_interleave(group_size)
+        unfiltered = mask
         mask = mask & keep_env.view(1, -1, *([1] * (mask.dim() - 2)))
         keep &= kept
     stats["grpo/groups_kept"] = float(keep.float().mean())
@@ -101,9 +107,11 @@ def compute_targets(rollout: Rollout, alg: AlgorithmConfig, group_size: int = 1)
     if alg.length_normalization:
         # 1/T_i over the entries the ratio is taken of: a chunk cut short by its episode's end
         # has fewer valid log-probs and must weigh less than a full one
+        # (on the mask before the filter: a filtered trajectory keeps its weights for the denominator)
         lp_valid = logprob_valid_mask(rollout.valid, alg.logprob_type, rollout.log_probs.shape[-1])
-        weights = length_normalization_weights(broadcast_advantages(mask, lp_valid) & lp_valid)
-    return Targets(adv, None, None, mask, weights, stats)
+        counted = mask if unfiltered is None else unfiltered
+        weights = length_normalization_weights(broadcast_advantages(counted, lp_valid) & lp_valid)
+    return Targets(adv, None, None, mask, weights, stats, unfiltered)
 
 
 def concat_targets(targets: list[Targets]) -> Targets:
@@ -113,4 +121,5 @@ def concat_targets(targets: list[Targets]) -> Targets:
     cat = lambda name: None if getattr(targets[0], name) is None else torch.cat(  # noqa: E731
         [getattr(t, name) for t in targets], dim=1)
     stats = {k: sum(t.stats[k] for t in targets) / len(targets) for k in targets[0].stats}
-    return Targets(cat("advantages"), cat("returns"), cat("old_values"), cat("mask"), cat("weights"), stats)
+    return Targets(cat("advantages"), cat("returns"), cat("old_values"), cat("mask"), cat("weights"), stats,
+                   cat("denominator_mask"))

@@ -63,6 +63,15 @@ def _batch_fields(rollout: Rollout, targets: Targets, idx: torch.Tensor, logprob
     return t, n, valid, mask, weights, token_mask
 
 
+def _counted_mask(rollout: Rollout, targets: Targets, idx: torch.Tensor, logprob_type: str) -> torch.Tensor:
+    """The log-prob entries of samples ``idx`` the policy loss's denominator counts:
+    ``targets.denominator_mask`` (before the success-rate filter) broadcast like ``_batch_fields``'s mask."""
+    N = rollout.num_envs
+    t, n = idx // N, idx % N
+    lp_valid = logprob_valid_mask(rollout.valid[t, n], logprob_type, rollout.log_probs.shape[-1])
+    return broadcast_advantages(targets.denominator_mask[t, n], lp_valid) & lp_valid
+
+
 def _on_cpu(ev: ActionEvaluation) -> ActionEvaluation:
     """The model's outputs next to the rollout's tensors (host memory); autograd follows the copy,
     so only these few numbers per sample cross from an accelerator, never the rollout."""
@@ -149,7 +158,9 @@ def update_policy(policy: VLAPolicy, optimizer: torch.optim.Optimizer, params: l
         for start in range(0, B - G + 1, G):
             batch = order[start:start + G]
             fields = _batch_fields(rollout, targets, batch, alg.logprob_type)
-            denom_pi = max(_weight_sum(fields[3], fields[4]), 1e-8)
+            counted = fields[3] if targets.denominator_mask is None else _counted_mask(rollout, targets, batch,
+                                                                                      alg.logprob_type)
+            denom_pi = max(_weight_sum(counted, fields[4]), 1e-8)
             denom_tok = max(float(fields[5].sum()), 1e-8)
             value_mask = targets.mask[fields[0], fields[1]]
             denom_v = max(float(value_mask.sum()), 1e-8)
