@@ -723,8 +723,9 @@ def test_a_slow_chunk_is_never_cut_by_the_ready_timeout(ros_env):
     policy = PolicyService(SHIPPED_WARM_START)
     context = rclpy.Context()
     rclpy.init(context=context, domain_id=DOMAIN_ID, signal_handler_options=rclpy.signals.SignalHandlerOptions.NO)
-    node = rclpy.create_node("policy_under_test", context=context)
-    feed = rclpy.create_node("feed", context=context)
+    # a namespace of its own: the module's graph (a policy node among them) may still be publishing
+    node = rclpy.create_node("policy_under_test", namespace="/slow_chunk_test", context=context)
+    feed = rclpy.create_node("feed", namespace="/slow_chunk_test", context=context)
     chunks: list[float] = []
     feed.create_subscription(Float32MultiArray, common.ACTION_CHUNK_TOPIC, lambda m: chunks.append(time.monotonic()), 10)
     image_pub = feed.create_publisher(Image, "image", common.image_publisher_qos())
