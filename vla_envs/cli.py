@@ -18,8 +18,8 @@ import numpy as np
 
 from vla_envs.arguments import int_at_least, json_object, positive_int
 from vla_envs.core.backend import env_rows
-from vla_envs.errors import VideoWriteError, VlaEnvError
-from vla_envs.wrappers.video import video_file
+from vla_envs.errors import VlaEnvError
+from vla_envs.wrappers.video import close_recording, video_file
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -115,7 +115,7 @@ def run_episodes(args: argparse.Namespace, recorder_folder: Path | None = None) 
     extra = per_env * args.num_envs - args.episodes if per_env else 0
     quota = [per_env - (i >= args.num_envs - extra) for i in range(args.num_envs)] if per_env else None
     by_env: list[list[dict[str, float]]] = [[] for _ in range(args.num_envs)]  # each env's, in order
-    kept, video_error = 0, None
+    kept = 0
     try:
         obs, info = env.reset(seed=args.seed)
         state_ids = info["state_id"]
@@ -162,10 +162,7 @@ def run_episodes(args: argparse.Namespace, recorder_folder: Path | None = None) 
                 break
         step_s = time.perf_counter() - t1
     finally:
-        try:
-            env.close()
-        except VideoWriteError as e:  # the rollout's numbers stand: reported with them
-            video_error = str(e)
+        video_error = close_recording(env)  # the rollout's numbers stand: reported with it
     episodes = [e for env_episodes in by_env for e in env_episodes]
     mean = lambda k: float(np.mean([e[k] for e in episodes])) if episodes else None  # noqa: E731
     return {

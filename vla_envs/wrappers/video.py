@@ -225,3 +225,13 @@ class RecordVideo(VectorWrapper):
         self.env.close(**kwargs)
         if self._error is not None:
             raise VideoWriteError(f"writing {self.path} failed: {self._error}") from self._error
+
+
+def close_recording(env: Any) -> str | None:
+    """Close ``env`` (a ``RecordVideo`` or any env); the message of a video it could not write, else
+    None. The rollout it recorded is complete either way: its numbers are reported with the message."""
+    try:
+        env.close()
+    except VideoWriteError as e:
+        return str(e)
+    return None

@@ -74,13 +74,11 @@ def evaluate_tasks(policy, tasks: list[str], args, asset_meta: dict) -> list[dic
 def close_recording(env, video_errors: list[str]) -> None:
     """Close ``env``; a video it could not write is named and listed in ``video_errors`` (the
     evaluation's numbers stand: they are reported, and the exit status says the video failed)."""
-    from vla_envs.errors import VideoWriteError
+    from vla_envs.wrappers.video import close_recording as close
 
-    try:
-        env.close()
-    except VideoWriteError as e:
-        print(f"error: {e}; the evaluation's results are reported without it", file=sys.stderr)
-        video_errors.append(str(e))
+    if (error := close(env)) is not None:
+        print(f"error: {error}; the evaluation's results are reported without it", file=sys.stderr)
+        video_errors.append(error)
 
 
 def main(argv: list[str] | None = None) -> int:
