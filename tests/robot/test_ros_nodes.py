@@ -874,10 +874,12 @@ def test_stop_cuts_homing_and_a_chunk_sent_while_homing_is_never_run(franky_sim)
             homing_s = time.monotonic()
             homing = call("home")
             wait_until(homing.done, 60.0, "homing to end")
-            done_s = time.monotonic()
             assert homing.result().success, homing.result().message
-            wait_until(lambda: ready and ready[-1] > done_s - 0.05, 5.0, "a ready once homed")
-            assert [t for t in ready if homing_s < t < done_s - 0.05] == []
+            # counted, not timed against the answer: the ready goes out as homing ends, before the
+            # service's answer, which reaches this thread up to a poll period later on a loaded machine
+            wait_until(lambda: [t for t in ready if t > homing_s], 5.0, "a ready once homed")
+            time.sleep(0.5)
+            assert len([t for t in ready if t > homing_s]) == 1  # the one announced once homed, none while homing
         finally:
             bridge.close()
             executor.shutdown()
