@@ -56,14 +56,26 @@ def check_vulkan() -> Check:
 
 
 def check_egl() -> Check:
+    """The backend LIBERO will use: the user's ``MUJOCO_GL`` when set, else the first that renders."""
     if not _installed("mujoco"):
         return Check("EGL / OSMesa (MuJoCo, LIBERO)", "absent", "mujoco is not installed", "bash scripts/setup.sh libero")
-    for backend in ("egl", "osmesa"):
-        ok, out = _probe("import mujoco; c = mujoco.GLContext(64, 64); c.make_current(); c.free(); print('ok')",
-                         env={"MUJOCO_GL": backend, "PYOPENGL_PLATFORM": backend})
-        if ok:
+
+    from vla_envs.backends.libero.rendering import CANDIDATES, probe
+
+    chosen = os.environ.get("MUJOCO_GL")
+    if chosen:
+        err = probe(chosen)
+        if err is None:
+            return Check("EGL / OSMesa (MuJoCo, LIBERO)", "ok", f"MUJOCO_GL={chosen} (set in the environment) renders")
+        return Check("EGL / OSMesa (MuJoCo, LIBERO)", "missing", f"MUJOCO_GL={chosen} is set but fails: {err}",
+                     f"unset MUJOCO_GL (LIBERO then picks {' or '.join(CANDIDATES)}) or set one that renders")
+    errors = []
+    for backend in CANDIDATES:
+        err = probe(backend)
+        if err is None:
             return Check("EGL / OSMesa (MuJoCo, LIBERO)", "ok", f"MUJOCO_GL={backend} renders")
-    return Check("EGL / OSMesa (MuJoCo, LIBERO)", "missing", out,
+        errors.append(f"{backend}: {err}")
+    return Check("EGL / OSMesa (MuJoCo, LIBERO)", "missing", "; ".join(errors),
                  "apt-get install libegl1 (or libosmesa6 and MUJOCO_GL=osmesa)")
 
 

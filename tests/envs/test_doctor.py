@@ -123,3 +123,23 @@ def test_libero_task_files_that_are_not_there_are_named_before_any_worker(monkey
     assert row.status == "missing" and "/nonexistent/assets" in row.detail
     with pytest.raises(AssetsMissingError, match=r"libero_spatial: .* missing, e\.g\. /nonexistent/assets"):
         gym.make("libero_spatial", num_envs=1, vectorization="serial")
+
+
+@pytest.mark.libero
+def test_a_mujoco_gl_set_by_the_user_is_the_one_checked(monkeypatch):
+    """LIBERO renders with the user's ``MUJOCO_GL`` when set: the doctor and the env probe that one
+    (a value that cannot render was reported ok, and failed in every LIBERO worker)."""
+    from vla_envs.backends.libero import rendering
+    from vla_envs.doctor import check_egl
+
+    monkeypatch.delenv("PYOPENGL_PLATFORM", raising=False)  # restored after: ensure_gl sets it
+    monkeypatch.setenv("MUJOCO_GL", "opengl")  # not a MuJoCo backend: MuJoCo refuses it
+    check = check_egl()
+    assert check.status == "missing" and "MUJOCO_GL=opengl is set" in check.detail, check
+    assert "unset MUJOCO_GL" in check.fix
+    with pytest.raises(rendering.RenderingUnavailableError, match="MUJOCO_GL=opengl is set in the environment"):
+        rendering.ensure_gl()
+    monkeypatch.setenv("MUJOCO_GL", "egl")
+    check = check_egl()
+    assert check.status == "ok" and "set in the environment" in check.detail, check
+    assert rendering.ensure_gl() == "egl"

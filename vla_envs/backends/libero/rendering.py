@@ -1,8 +1,9 @@
 """Headless OpenGL for MuJoCo: EGL or OSMesa, chosen once per process before MuJoCo loads.
 
-``MUJOCO_GL`` set by the user wins. Otherwise each backend is probed in a throwaway subprocess
-(a failed GL init can abort the process that tries it) and the first that renders is exported,
-so worker processes inherit it.
+``MUJOCO_GL`` set by the user wins, once a probe shows it renders (a ``glfw`` left set on a node
+without a display would otherwise fail in every worker). Otherwise each backend is probed in a
+throwaway subprocess (a failed GL init can abort the process that tries it) and the first that
+renders is exported, so worker processes inherit it.
 """
 
 from __future__ import annotations
@@ -39,6 +40,12 @@ def ensure_gl() -> str:
     """
     chosen = os.environ.get("MUJOCO_GL")
     if chosen:
+        err = probe(chosen)
+        if err is not None:
+            raise RenderingUnavailableError(
+                f"MUJOCO_GL={chosen} is set in the environment but cannot render here ({err}); unset it "
+                f"to use the first of {', '.join(CANDIDATES)} that works, or set one that does "
+                "(`vla-envs doctor` checks each)")
         os.environ.setdefault("PYOPENGL_PLATFORM", chosen)
         return chosen
     errors = {}
