@@ -34,7 +34,7 @@ def build_policy(cfg: TrainConfig, resume_model_dir: Path | None = None, device:
     if full_resume:
         model, tokenizer = load_pretrained(resume_model_dir, value_type=value_type)
     elif m.model_path is not None:
-        model, tokenizer = load_pretrained(m.model_path, value_type=value_type)
+        model, tokenizer = load_pretrained(full_model_dir(m.model_path), value_type=value_type)
     else:
         model, tokenizer = build_model(m.preset, seed=cfg.actor.seed, value_type=value_type)
         if tokenizer is None:
@@ -49,6 +49,27 @@ def build_policy(cfg: TrainConfig, resume_model_dir: Path | None = None, device:
         model = load_lora(model, resume_model_dir) if resume_model_dir is not None else apply_lora(model, m.lora_rank)
     model.eval()
     return VLAPolicy(model.to(device or default_device()), tokenizer, unnorm_key=m.unnorm_key)
+
+
+def full_model_dir(model_path: str | Path) -> Path:
+    """The full model that ``actor.model.model_path`` names: a model folder, or a full fine-tune's
+    training checkpoint or run folder (its latest checkpoint), as ``vla-eval --checkpoint`` takes them.
+
+    Raises:
+        FileNotFoundError: naming the key: nothing of these there, or LoRA adapters (no base weights).
+    """
+    from .checkpoint.model_io import resolve_model_dir
+
+    try:
+        model_dir = resolve_model_dir(model_path)
+    except FileNotFoundError as e:
+        raise FileNotFoundError(f"actor.model.model_path={model_path}: {e}") from None
+    if not (model_dir / "config.json").is_file():
+        raise FileNotFoundError(
+            f"actor.model.model_path={model_path}: {model_dir} holds LoRA adapters, not a model to start from; "
+            "merge them into their base with vla_trainer.checkpoint.export_merged (docs/models.md), or continue "
+            "their run with runner.resume_dir")
+    return model_dir
 
 
 def default_device() -> str:

@@ -27,7 +27,7 @@ import numpy as np
 from tqdm import tqdm
 
 from vla_trainer.algorithms import explained_variance
-from vla_trainer.build import rollout_key
+from vla_trainer.build import full_model_dir, rollout_key
 from vla_trainer.checkpoint import (latest_checkpoint, read_train_state, remove_leftovers, resolve_resume,
                                     run_folder_lock, write_text_atomic)
 from vla_trainer.config import check_batch_sizes, to_dict, to_yaml
@@ -68,7 +68,11 @@ def train(cfg: TrainConfig, run_dir: str | Path | None = None) -> TrainResult:
         NonFiniteLossError: NaN/inf loss or gradient (the last good checkpoint stays as it was).
         WorkerError: a Ray worker died (its error is in the message).
         ValueError: another process is training in ``run_dir``.
+        FileNotFoundError: ``actor.model.model_path`` names no model to start from.
     """
+    m = cfg.actor.model
+    if m.model_path is not None and not (cfg.runner.resume_dir and not m.is_lora):  # a full resume loads its own
+        full_model_dir(m.model_path)  # said at once, before the run folder, the envs and the workers
     run_dir = Path(run_dir or Path(cfg.runner.logger.log_path) / cfg.runner.logger.experiment_name)
     if run_dir.exists() and not run_dir.is_dir():
         raise ValueError(f"the run folder {run_dir} is a file; give a folder (--run-dir)")

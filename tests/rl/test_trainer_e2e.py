@@ -141,6 +141,10 @@ def test_resume_continues_exactly_and_refuses_another_config(tmp_path):
     assert ra["env_steps"] == rb["env_steps"] == 64
     assert ra["actor/policy_loss"] == pytest.approx(rb["actor/policy_loss"], abs=1e-4)
 
+    # a new run starts from what vla-eval --checkpoint takes: the run folder (its latest checkpoint)
+    started = _initial_weights(load_config("cpu_ppo_tiny_put_on_plate",
+                                           [*base, f"actor.model.model_path={tmp_path / 'a'}"]))
+    assert all(torch.equal(a[k], started[k]) for k in a)
     with pytest.raises(ValueError, match=r"holds an earlier run \(its latest checkpoint: iter_000002\); continue it"):
         train(load_config("cpu_ppo_tiny_put_on_plate", base), run_dir=tmp_path / "a")  # a new run over it
     assert all(torch.equal(a[k], v) for k, v in _weights(straight.run_dir, 2).items())
@@ -228,6 +232,11 @@ def test_lora_trains_only_adapters_and_value_head_and_resumes(tmp_path, capsys):
     resumed = train(load_config("cpu_ppo_tiny_put_on_plate", [*base, "runner.max_epochs=2", "runner.resume_dir=auto"]),
                     run_dir=tmp_path / "run")
     assert resumed.iterations == 2
+    # adapters alone are no model to start a run from: said at once, no run folder made
+    with pytest.raises(FileNotFoundError, match=r"actor\.model\.model_path=.*holds LoRA adapters.*export_merged"):
+        train(load_config("cpu_ppo_tiny_put_on_plate", [*base, f"actor.model.model_path={result.run_dir}"]),
+              run_dir=tmp_path / "from_adapters")
+    assert not (tmp_path / "from_adapters").exists()
     _lora_run_loads_merged_onto_its_base(tmp_path, result.run_dir / "checkpoints" / "iter_000001",
                                          load_config("cpu_ppo_tiny_put_on_plate", base), weights, capsys)
 
