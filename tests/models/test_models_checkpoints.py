@@ -200,7 +200,7 @@ def test_adapter_for_a_base_a_few_steps_further_is_rejected_and_its_own_base_in_
 
 
 def test_official_format_weights_load_into_our_classes(saved, tmp_path):
-    preset, model, _, _, inputs = saved
+    preset, model, tok, _, inputs = saved
     official = official_state_dict(model)
     # timm's fused qkv is [q; k; v]; SigLIP's pooling head keeps q and kv apart
     q = model.vision_backbone.featurizer.encoder.layer[0].attention.q_proj.weight
@@ -220,6 +220,10 @@ def test_official_format_weights_load_into_our_classes(saved, tmp_path):
     with torch.no_grad():
         loaded.value_head.load_state_dict(model.value_head.state_dict())
     assert_same(raw_outputs(loaded, inputs), raw_outputs(model, inputs))
+    # converted once (docs/training.md), it is a folder of ours that the trainer and vla-eval load
+    loaded.save_pretrained(tmp_path / "ours")
+    tok.save_pretrained(tmp_path / "ours")
+    assert_same(raw_outputs(load_pretrained(tmp_path / "ours")[0], inputs), raw_outputs(model, inputs))
     del official[names[0]]
     save_file(
         {k: official[k].contiguous() for k in official}, str(tmp_path / "model-00001-of-00002.safetensors")
