@@ -44,6 +44,14 @@ def test_record_video_writes_every_sub_step(tmp_path):
     h, w = reader.get_meta_data()["size"]
     assert h % 16 == 0 and w % 16 == 0
 
+    rec = RecordVideo(ChunkVectorEnv(SerialBackend([functools.partial(ToyEnv, 4)] * 3)), path, max_frames=4)
+    rec.reset(seed=0)
+    with pytest.warns(UserWarning, match="ends at max_frames=4; the rollout goes on unrecorded"):
+        for _ in range(2):
+            rec.chunk_step(a)
+    rec.close()
+    assert rec.frames_written == 4 and imageio.get_reader(path, format="FFMPEG").count_frames() == 4
+
 
 @pytest.mark.parametrize("chunk_reset", ["end_of_chunk", "immediate"])
 def test_the_overlay_counts_each_auto_reset_episode_from_its_first_step(tmp_path, chunk_reset):

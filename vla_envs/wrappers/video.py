@@ -13,6 +13,7 @@ import os
 import queue
 import struct
 import threading
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -130,7 +131,7 @@ class RecordVideo(VectorWrapper):
         path: output file ending in ``.mp4``; parent folders are created.
         fps: frames per second of the video (the task's control rate, ``TaskSpec.control_hz``, plays
             it in real time).
-        max_frames: stop recording after this many frames (the file stays valid).
+        max_frames: stop recording after this many frames (the file stays valid; a warning says so).
 
     The file is complete after ``close()`` (of the wrapper or of the env through it).
     """
@@ -144,6 +145,7 @@ class RecordVideo(VectorWrapper):
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.fps, self.max_frames = fps, max_frames
         self.frames_written = 0
+        self._cut = False  # max_frames reached (and said)
         self._return = np.zeros(base.num_envs, np.float64)
         self._waiting = np.zeros(base.num_envs, bool)  # its episode ended; it has not been reset yet
         self._queue: queue.Queue = queue.Queue(maxsize=64)
@@ -181,8 +183,14 @@ class RecordVideo(VectorWrapper):
                                           "bytes written; is the disk full?)")
 
     def _push(self, images: np.ndarray, lines: list[str]) -> None:
-        if self.frames_written >= self.max_frames or self._error is not None:
+        if self._error is not None:
             return  # a failed encoder takes no more frames; close() reports it
+        if self.frames_written >= self.max_frames:
+            if not self._cut:  # once: a video that ends before its rollout says why
+                self._cut = True
+                warnings.warn(f"RecordVideo: {self.path} ends at max_frames={self.max_frames}; the rollout goes on "
+                              "unrecorded (a larger max_frames records more)", stacklevel=2)
+            return
         self._queue.put(tile_frames(images, lines))
         self.frames_written += 1
 
