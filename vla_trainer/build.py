@@ -51,6 +51,39 @@ def build_policy(cfg: TrainConfig, resume_model_dir: Path | None = None, device:
     return VLAPolicy(model.to(device or default_device()), tokenizer, unnorm_key=m.unnorm_key)
 
 
+def load_model(path: str | Path):
+    """``(model, tokenizer, model_dir)`` of what ``path`` names (``resolve_model_dir``), on the CPU.
+
+    A LoRA run's checkpoint holds adapters only: they are applied to the base model that the
+    checkpoint's ``config.yaml`` names (``actor.model.model_path``, or the preset and seed) and
+    merged into its weights.
+
+    Raises:
+        FileNotFoundError: no model there, or adapters whose base model is not found.
+        AdapterMismatchError: the base model found is not the one the adapters were trained on.
+    """
+    from .checkpoint.model_io import checkpoint_recipe, resolve_model_dir
+    from .models import load_pretrained, merge_lora
+
+    model_dir = resolve_model_dir(path)
+    if (model_dir / "config.json").is_file():
+        return (*load_pretrained(model_dir), model_dir)
+    cfg = checkpoint_recipe(model_dir)
+    if cfg is None:
+        raise FileNotFoundError(f"{model_dir} holds LoRA adapters without the training checkpoint's config.yaml "
+                                "beside them, which names their base model; load them with "
+                                "vla_trainer.models.load_lora onto that model")
+    if cfg.actor.model.model_path is not None:
+        try:
+            full_model_dir(cfg.actor.model.model_path)
+        except FileNotFoundError as e:
+            raise FileNotFoundError(f"{model_dir} holds LoRA adapters for a base model not found from here "
+                                    f"({model_dir.parent / 'config.yaml'}: {e}); run from the folder the training "
+                                    "ran in") from None
+    policy = build_policy(cfg, resume_model_dir=model_dir, device="cpu")
+    return merge_lora(policy.model, inplace=True).eval(), policy.tokenizer, model_dir
+
+
 def full_model_dir(model_path: str | Path) -> Path:
     """The full model that ``actor.model.model_path`` names: a model folder, or a full fine-tune's
     training checkpoint or run folder (its latest checkpoint), as ``vla-eval --checkpoint`` takes them.

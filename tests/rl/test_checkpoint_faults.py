@@ -270,7 +270,8 @@ def two_checkpoints(saver, tmp_path_factory):
 def test_a_corrupt_checkpoint_is_refused_naming_the_file(damage, two_checkpoints, tmp_path):
     import shutil
 
-    from vla_trainer.checkpoint import load_model, read_train_state
+    from vla_trainer.build import load_model
+    from vla_trainer.checkpoint import read_train_state
     from vla_trainer.models import CorruptCheckpointError
 
     run = tmp_path / "run"

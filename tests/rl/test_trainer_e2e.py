@@ -246,7 +246,7 @@ def _lora_run_loads_merged_onto_its_base(tmp_path, checkpoint, cfg, adapters, ca
     into the base model its config.yaml names; a missing or different base is a clear error."""
     import yaml
 
-    from vla_trainer.checkpoint import load_model
+    from vla_trainer.build import load_model
     from vla_trainer.cli.eval import main as vla_eval
     from vla_trainer.models import AdapterMismatchError, build_model
 

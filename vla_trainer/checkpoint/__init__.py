@@ -1,7 +1,7 @@
 """Checkpoints: atomic writes, model folders and resumable training state.
 
 ``atomic`` (folder and text writes) and ``layout`` (where a run keeps its checkpoints) <-
-``model_io`` (save / resolve / load / publish a model folder) <- ``train_state`` (training
+``model_io`` (save / resolve / publish a model folder) <- ``train_state`` (training
 checkpoints, the resume fingerprint, RNG state).
 """
 
@@ -12,7 +12,6 @@ from .model_io import (
     check_model_out_dir,
     checkpoint_recipe,
     export_merged,
-    load_model,
     publish_half_precision,
     recorded_unnorm_key,
     resolve_model_dir,

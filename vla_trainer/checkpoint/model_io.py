@@ -1,7 +1,7 @@
 """Model folders: save a policy, find the model folder a path names, load it, publish a copy.
 
 A model folder holds ``config.json`` + ``model.safetensors`` + the tokenizer (or a LoRA run's
-adapters, ``adapter_config.json``), loadable on its own with ``load_model``.
+adapters, ``adapter_config.json``), loadable on its own with ``vla_trainer.build.load_model``.
 """
 
 from __future__ import annotations
@@ -161,36 +161,3 @@ def recorded_unnorm_key(model_dir: str | Path) -> str | None:
     one statistics set needs none)."""
     cfg = checkpoint_recipe(model_dir)
     return None if cfg is None else cfg.actor.model.unnorm_key
-
-
-def load_model(path: str | Path):
-    """``(model, tokenizer, model_dir)`` of what ``path`` names (``resolve_model_dir``), on the CPU.
-
-    A LoRA run's checkpoint holds adapters only: they are applied to the base model that the
-    checkpoint's ``config.yaml`` names (``actor.model.model_path``, or the preset and seed) and
-    merged into its weights.
-
-    Raises:
-        FileNotFoundError: no model there, or adapters whose base model is not found.
-        AdapterMismatchError: the base model found is not the one the adapters were trained on.
-    """
-    from ..models import load_pretrained
-
-    model_dir = resolve_model_dir(path)
-    if (model_dir / "config.json").is_file():
-        return (*load_pretrained(model_dir), model_dir)
-    from ..build import build_policy
-    from ..models import merge_lora
-
-    cfg = checkpoint_recipe(model_dir)
-    if cfg is None:
-        raise FileNotFoundError(f"{model_dir} holds LoRA adapters without the training checkpoint's config.yaml "
-                                "beside them, which names their base model; load them with "
-                                "vla_trainer.models.load_lora onto that model")
-    base = cfg.actor.model.model_path
-    if base is not None and not (Path(base) / "config.json").is_file():
-        raise FileNotFoundError(f"{model_dir} holds LoRA adapters for the base model actor.model.model_path={base} "
-                                f"({model_dir.parent / 'config.yaml'}), which is not a model folder from here; run "
-                                "from the folder the training ran in")
-    policy = build_policy(cfg, resume_model_dir=model_dir, device="cpu")
-    return merge_lora(policy.model, inplace=True).eval(), policy.tokenizer, model_dir

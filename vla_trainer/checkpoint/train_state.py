@@ -2,7 +2,7 @@
 
 A checkpoint folder ``checkpoints/iter_000010/`` holds
 
-    model/              the policy, loadable on its own (``load_model``; LoRA adapters if is_lora)
+    model/              the policy, loadable on its own (``vla_trainer.build.load_model``; LoRA adapters if is_lora)
     trainer_state.pt    optimizer state, RNG states, iteration, metric history
     config.yaml         the full recipe in force
     meta.json           iteration, env steps, asset pack, config fingerprint, wall time

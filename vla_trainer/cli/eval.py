@@ -32,7 +32,6 @@ from pathlib import Path
 
 from vla_envs.arguments import int_at_least, json_object, positive_float, positive_int
 from vla_envs.wrappers.video import video_file
-from vla_trainer.checkpoint import load_model  # imports torch only when called: keeps --help fast
 
 
 def evaluate_tasks(policy, tasks: list[str], args, asset_meta: dict) -> list[dict]:
@@ -186,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
               f"({args.num_envs})", file=sys.stderr)
         return 2
     from vla_envs.tasks.put_on_plate.variants import VARIANTS, ood_table
+    from vla_trainer.build import load_model
     from vla_trainer.rl.evaluation import check_execute_steps
     from vla_trainer.models import VLAModelError, VLAPolicy
 
@@ -323,6 +323,7 @@ def libero_main(args) -> int:
     from vla_envs.backends.libero.suites import INIT_STATES_PER_TASK, suite_tasks
     from vla_envs.registry import get_task
     from vla_envs.wrappers import RecordVideo
+    from vla_trainer.build import load_model
     from vla_trainer.rl.evaluation import check_execute_steps, evaluate_initial_states
     from vla_trainer.models import VLAModelError, VLAPolicy
 

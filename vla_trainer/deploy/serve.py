@@ -210,7 +210,8 @@ class PolicyService:
 
     def __init__(self, checkpoint: str | Path, *, greedy: bool = True, temperature: float = 1.0,
                  device: str = "cpu", unnorm_key: str | None = None):
-        from vla_trainer.checkpoint import load_model, recorded_unnorm_key
+        from vla_trainer.build import load_model
+        from vla_trainer.checkpoint import recorded_unnorm_key
         from vla_trainer.models import VLAPolicy
 
         model, tokenizer, model_dir = load_model(checkpoint)

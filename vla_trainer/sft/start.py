@@ -29,7 +29,7 @@ def load_init_checkpoint(directory: Path, flag: str = "--init-from"):
     Raises:
         FileNotFoundError: ``directory`` holds no model; the message names ``flag``.
     """
-    from vla_trainer.checkpoint import load_model
+    from vla_trainer.build import load_model
 
     try:
         model, tokenizer, _ = load_model(directory)
