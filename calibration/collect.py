@@ -69,19 +69,20 @@ class PoseNotReachedError(CalibrationError):
 # ----- the pose set -----------------------------------------------------------------------------
 
 def pose_limit_problems(T_base_from_tcp: np.ndarray, limits: SafetyLimits, margin_m: float = 0.0) -> list[str]:
-    """Why a TCP pose lies outside the safety limits' box (shrunk by ``margin_m``) or orientation
-    window; empty when it is inside both."""
+    """Why a TCP pose lies outside the box the safety limits command targets in (``target_box_m``,
+    shrunk by ``margin_m`` more) or their orientation window; empty when it is inside both."""
     from real_robot.safety import orientation_excess_rad
 
     problems = []
     p = np.asarray(T_base_from_tcp, dtype=float)[:3, 3]
+    margin = limits.workspace_margin_m + margin_m
     for axis, value, lo, hi in zip("xyz", p, limits.workspace_min_m, limits.workspace_max_m):
-        if value < lo + margin_m:
+        if value < lo + margin:
             problems.append(f"{axis} = {value:.3f} m is below workspace_min_m {lo:.3f}"
-                            + (f" + margin {margin_m:g}" if margin_m else ""))
-        elif value > hi - margin_m:
+                            + (f" + margin {margin:g}" if margin else ""))
+        elif value > hi - margin:
             problems.append(f"{axis} = {value:.3f} m is above workspace_max_m {hi:.3f}"
-                            + (f" - margin {margin_m:g}" if margin_m else ""))
+                            + (f" - margin {margin:g}" if margin else ""))
     excess = orientation_excess_rad(np.asarray(T_base_from_tcp, dtype=float)[:3, :3], limits)
     if excess > 1e-9:
         problems.append(f"its orientation is {math.degrees(excess):.1f} deg outside the orientation window "
@@ -99,7 +100,8 @@ def calibration_poses(limits: SafetyLimits, n: int = 15, rng: np.random.Generato
     """A scripted set of TCP poses for an eye-to-hand session, inside the safety limits.
 
     Positions fill the part of the workspace box around ``centre_m`` (a Latin hypercube: every
-    axis is covered evenly), ``margin_m`` inside the box. Orientations start from the limits'
+    axis is covered evenly), ``margin_m`` inside the box targets are commanded in (``target_box_m``).
+    Orientations start from the limits'
     reference orientation (the one the board is mounted to face the camera in) and tilt the TCP's
     z axis by ``tilt_deg`` in directions spread around the circle, plus a yaw about the reference
     z axis: relative rotations about many non-parallel axes, as hand-eye needs. The poses are
@@ -115,7 +117,7 @@ def calibration_poses(limits: SafetyLimits, n: int = 15, rng: np.random.Generato
         centre_m: the centre of the region the poses fill (default: the box's centre).
         half_extent_m: the region reaches this far from the centre on each axis (the board must
             stay in the camera's view).
-        margin_m: distance kept from the box's faces.
+        margin_m: distance kept from that box's faces.
         tilt_deg: (smallest, largest) tilt of the TCP's z axis from the reference, capped at the
             window's ``max_tilt_rad`` less 3 deg.
         max_yaw_deg: largest yaw about the reference z axis (capped likewise by ``max_yaw_rad``).
@@ -137,8 +139,8 @@ def calibration_poses(limits: SafetyLimits, n: int = 15, rng: np.random.Generato
     if not isinstance(n, (int, np.integer)) or n < MIN_SAMPLES:
         raise ValueError(f"n={n!r}: hand-eye needs at least {MIN_SAMPLES} poses (15-25 recommended)")
     rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
-    lo_box = np.asarray(limits.workspace_min_m) + margin_m
-    hi_box = np.asarray(limits.workspace_max_m) - margin_m
+    lo_box = np.asarray(limits.target_box_m[0]) + margin_m
+    hi_box = np.asarray(limits.target_box_m[1]) - margin_m
     mid = 0.5 * (np.asarray(limits.workspace_min_m) + np.asarray(limits.workspace_max_m))
     lo_box, hi_box = np.where(lo_box <= hi_box, lo_box, mid), np.where(lo_box <= hi_box, hi_box, mid)
     centre = mid if centre_m is None else np.clip(np.asarray(centre_m, dtype=float).reshape(3), lo_box, hi_box)

@@ -3,7 +3,8 @@
 Every chunk is sent action by action without waiting for the motion (as fast as the layer allows),
 under the conservative default caps and a small box around the home pose. After every action the
 command and the measured TCP are checked against the limits, and every call that reaches the arm is
-recorded: the box, the caps and the orientation window always hold, and no non-finite number ever
+recorded: commands stay in the target box (the box less ``workspace_margin_m``), the measured TCP in
+the box itself, the caps and the orientation window always hold, and no non-finite number ever
 reaches franky.
 
 CI runs 300 chunks (about 30 s: the layer paces steps to 50 Hz, ``min_step_interval_s``);
@@ -24,7 +25,6 @@ from real_robot.transforms import rotvec_to_matrix
 
 FUZZ_CHUNKS = int(os.environ.get("VLA_SAFETY_FUZZ_CHUNKS", "300"))
 DYNAMICS_FACTOR = 0.2  # SafetyLimits' default max_relative_dynamics_factor
-TRACKING_TOLERANCE_M = 0.002  # how far franky-sim's measured TCP may trail or pass its target
 KINDS = ("uniform", "huge", "non_finite", "oscillating", "drift", "spin", "tiny", "dtypes")
 
 
@@ -72,6 +72,8 @@ def test_fuzzed_chunks_never_leave_the_limits(layer_factory, home_tcp_position_m
                   max_relative_dynamics_factor=DYNAMICS_FACTOR)
     with layer_factory({"wait_for_motion": False, "relative_dynamics_factor": DYNAMICS_FACTOR}, **limits) as layer:
         lo, hi = np.asarray(layer.limits.workspace_min_m), np.asarray(layer.limits.workspace_max_m)
+        target_lo, target_hi = map(np.asarray, layer.limits.target_box_m)
+        margin = layer.limits.workspace_margin_m
         reached_arm: list[np.ndarray] = []  # every target pose the arm was really sent
         sent_s: list[float] = []  # and when
         move_to_pose = layer.arm.move_to_pose
@@ -100,20 +102,22 @@ def test_fuzzed_chunks_never_leave_the_limits(layer_factory, home_tcp_position_m
                     assert np.linalg.norm(sent.translation_m) < 1e-5 and np.linalg.norm(sent.rotation_rotvec_rad) < 1e-5
                 assert np.linalg.norm(sent.translation_m) <= 0.02 * (1 + 1e-6), (kind, action)
                 assert np.linalg.norm(sent.rotation_rotvec_rad) <= 0.05 * (1 + 1e-6), (kind, action)
-                # the box, widened only to where the TCP was measured when the command was made (after
-                # an overshoot): never further out
+                # the target box, widened only to where the TCP was measured when the command was made
+                # (after the arm's tracking carried it past a target): never further out
                 start = target[:3, 3] - sent.translation_m
-                assert np.all(target[:3, 3] >= np.minimum(lo, start) - 1e-9), (kind, action, start)
-                assert np.all(target[:3, 3] <= np.maximum(hi, start) + 1e-9), (kind, action, start)
-                assert np.all(start >= lo - TRACKING_TOLERANCE_M) and np.all(start <= hi + TRACKING_TOLERANCE_M)
+                assert np.all(target[:3, 3] >= np.minimum(target_lo, start) - 1e-9), (kind, action, start)
+                assert np.all(target[:3, 3] <= np.maximum(target_hi, start) + 1e-9), (kind, action, start)
+                assert np.all(start >= lo) and np.all(start <= hi), (kind, action, start)
                 # the orientation window likewise: never further out than the measured start
                 start_R = rotvec_to_matrix(sent.rotation_rotvec_rad).T @ target[:3, :3]
                 start_excess = orientation_excess_rad(start_R, layer.limits)
                 assert start_excess <= np.radians(1.0), (kind, action)
                 assert orientation_excess_rad(target[:3, :3], layer.limits) <= start_excess + 1e-6, (kind, action)
                 measured = layer.observation().T_base_from_tcp
-                outside = max(outside, float(np.max(np.maximum(lo - measured[:3, 3], measured[:3, 3] - hi))))
-                assert outside <= TRACKING_TOLERANCE_M, (kind, action, measured[:3, 3])
+                # how far past the target box the arm's tracking carried it: within the margin, in the box
+                outside = max(outside, float(np.max(np.maximum(target_lo - measured[:3, 3],
+                                                               measured[:3, 3] - target_hi))))
+                assert outside < margin, (kind, action, measured[:3, 3])
                 assert orientation_excess_rad(measured[:3, :3], layer.limits) <= np.radians(1.0), (kind, action)
                 furthest = np.maximum(furthest, np.abs(measured[:3, 3] - home))
         counts = layer.pop_clamp_counts()
@@ -123,10 +127,10 @@ def test_fuzzed_chunks_never_leave_the_limits(layer_factory, home_tcp_position_m
     assert np.all(np.isfinite(np.stack(reached_arm)))
     assert len(reached_arm) > 3 * FUZZ_CHUNKS  # most actions really moved the arm
     assert counts["step_rate"] > 0 and np.min(np.diff(sent_s)) >= 0.02  # sent faster than 50 Hz: paced
-    # every limit was really pressed: a face of the box was reached, each cap clamped something
-    assert np.max(furthest) >= 0.06 - TRACKING_TOLERANCE_M
+    # every limit was really pressed: a face of the target box was reached, each cap clamped something
+    assert np.max(furthest) >= 0.06 - margin
     for kind in ("action_range", "translation_cap", "rotation_cap", "workspace", "orientation", "gripper_rate"):
         assert counts[kind] > 0, (kind, counts)
     print(f"{FUZZ_CHUNKS} chunks, {len(reached_arm)} steps sent, {refused} refused, the measured TCP at most "
-          f"{1e3 * outside:.2f} mm outside the box; clamps: {counts}")
-    assert np.all(np.isfinite(final.T_base_from_tcp)) and np.all(final.tcp_position_m >= lo - TRACKING_TOLERANCE_M)
+          f"{1e3 * outside:.2f} mm past the target box (margin {1e3 * margin:g} mm); clamps: {counts}")
+    assert np.all(np.isfinite(final.T_base_from_tcp)) and np.all(final.tcp_position_m >= lo)

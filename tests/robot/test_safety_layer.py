@@ -75,8 +75,9 @@ def test_adversarial_actions_never_leave_the_box_or_exceed_the_caps(layer_factor
                   max_translation_per_step_m=0.02, max_rotation_per_step_rad=0.05)
     with layer_factory(**limits) as layer:
         lo, hi = np.asarray(layer.limits.workspace_min_m), np.asarray(layer.limits.workspace_max_m)
-        # huge pushes toward one corner, then the opposite one: every face of the box is hit. Four
-        # capped diagonal steps (1.15 cm per axis) cross the 4 cm box.
+        target_lo, target_hi = map(np.asarray, layer.limits.target_box_m)  # 1 cm inside the box
+        # huge pushes toward one corner, then the opposite one: every face of the target box is hit.
+        # Four capped diagonal steps (1.15 cm per axis) cross its 2 cm.
         for direction in ([1, 1, 1], [-1, -1, -1], [1, -1, 1]):
             for _ in range(4):
                 before = layer.observation().T_base_from_tcp
@@ -86,10 +87,9 @@ def test_adversarial_actions_never_leave_the_box_or_exceed_the_caps(layer_factor
                 assert np.linalg.norm(sent.translation_m) <= 0.02 + 1e-9
                 assert np.linalg.norm(after[:3, 3] - before[:3, 3]) <= 0.02 + TRACKING_TOLERANCE_M
                 assert rotation_angle(after[:3, :3].T @ before[:3, :3]) <= 0.05 + np.radians(0.3)
-                assert np.all(after[:3, 3] >= lo - TRACKING_TOLERANCE_M)
-                assert np.all(after[:3, 3] <= hi + TRACKING_TOLERANCE_M)
-            # it got to the corner: the box is enforced, not just never reached
-            corner = np.where(np.asarray(direction) > 0, hi, lo)
+                assert np.all(after[:3, 3] >= lo) and np.all(after[:3, 3] <= hi)
+            # it got to the corner: the target box is enforced, not just never reached
+            corner = np.where(np.asarray(direction) > 0, target_hi, target_lo)
             np.testing.assert_allclose(layer.observation().tcp_position_m, corner, atol=TRACKING_TOLERANCE_M)
         counts = layer.pop_clamp_counts()
         assert counts["workspace"] >= 3 and counts["action_range"] == 12 and counts["rotation_cap"] >= 1

@@ -28,7 +28,12 @@ def test_defaults_are_conservative_and_contain_the_home_pose():
     assert LIMITS.max_translation_per_step_m <= 0.02 and LIMITS.max_rotation_per_step_rad <= 0.05
     assert LIMITS.max_relative_dynamics_factor <= 0.2 and not LIMITS.dry_run
     home_tcp = np.array([0.3069, 0.0, 0.4869])  # the Franka's TCP at the default home joints
-    assert np.all(home_tcp > LIMITS.workspace_min_m) and np.all(home_tcp < LIMITS.workspace_max_m)
+    # in the box targets are commanded in (the box shrunk by a margin for the arm's tracking): the
+    # first action from home is the policy's, not a step back from a face
+    assert LIMITS.workspace_margin_m >= 0.005
+    assert np.all(home_tcp > LIMITS.target_box_m[0]) and np.all(home_tcp < LIMITS.target_box_m[1])
+    assert LIMITS.target_box_m == (tuple(v + LIMITS.workspace_margin_m for v in LIMITS.workspace_min_m),
+                                   tuple(v - LIMITS.workspace_margin_m for v in LIMITS.workspace_max_m))
 
 
 @pytest.mark.parametrize("field, value, message", [
@@ -49,6 +54,9 @@ def test_defaults_are_conservative_and_contain_the_home_pose():
     ("workspace_max_m", "789", "workspace_max_m='789': 3 numbers"),  # not (7.0, 8.0, 9.0)
     ("workspace_max_m", ("0.7", 0.3, 0.55), "workspace_max_m=.*3 numbers"),
     ("gripper_min_interval_s", True, r"gripper_min_interval_s=True: seconds in \[0, 60\)"),
+    ("workspace_margin_m", -0.001, r"workspace_margin_m=-0.001: metres in \[0, 0.21\) \(half the box's narrowest"),
+    ("workspace_margin_m", 0.21, r"workspace_margin_m=0.21: metres in \[0, 0.21\)"),  # no box left for targets
+    ("workspace_margin_m", True, "workspace_margin_m=True"),
 ])
 def test_limits_refuse_bad_values_naming_the_field(field, value, message):
     with pytest.raises(ValueError, match=message):
@@ -132,7 +140,10 @@ def test_translation_is_capped_by_norm_keeping_its_direction():
 
 
 def test_the_box_stops_the_tcp_at_its_face():
-    t, _, clamps = limit_step([0.0, 0.0, -0.02], np.eye(3), home_pose((0.5, 0.0, 0.11)), LIMITS)
+    # the target box's floor: workspace_margin_m above the box's, room for the arm's tracking
+    floor = LIMITS.target_box_m[0][2]
+    assert floor == pytest.approx(LIMITS.workspace_min_m[2] + LIMITS.workspace_margin_m)
+    t, _, clamps = limit_step([0.0, 0.0, -0.02], np.eye(3), home_pose((0.5, 0.0, floor + 0.01)), LIMITS)
     assert clamps == ["workspace"]
     np.testing.assert_allclose(t, [0.0, 0.0, -0.01])
 
@@ -147,7 +158,8 @@ def test_outside_the_box_every_step_brings_the_tcp_back():
         assert clamps == ["workspace", "translation_cap"]
     t, _, clamps = limit_step([-0.01, 0.01, 0.0], np.eye(3), outside, LIMITS)  # the inside axis keeps its share
     assert np.linalg.norm(t) == pytest.approx(LIMITS.max_translation_per_step_m) and t[0] < -0.019 and t[1] > 0
-    t, _, clamps = limit_step([0.01, 0.0, 0.0], np.eye(3), home_pose((0.71, 0.0, 0.3)), LIMITS)
+    x_face = LIMITS.target_box_m[1][0]
+    t, _, clamps = limit_step([0.01, 0.0, 0.0], np.eye(3), home_pose((x_face + 0.01, 0.0, 0.3)), LIMITS)
     np.testing.assert_allclose(t, [-0.01, 0.0, 0.0], atol=EPS)  # 1 cm out: onto the face
     assert clamps == ["workspace"]
 
@@ -191,8 +203,8 @@ unit_interval = st.floats(0.0, 1.0)
 
 @st.composite
 def poses_inside(draw):
-    """A TCP pose inside the box and the orientation window."""
-    lo, hi = np.array(LIMITS.workspace_min_m), np.array(LIMITS.workspace_max_m)
+    """A TCP pose inside the target box and the orientation window."""
+    lo, hi = map(np.array, LIMITS.target_box_m)
     position = lo + np.array([draw(unit_interval) for _ in range(3)]) * (hi - lo)
     tilt_axis_angle = draw(st.floats(0, 2 * math.pi))
     tilt = draw(st.floats(0, LIMITS.max_tilt_rad * 0.999))
@@ -220,8 +232,8 @@ def test_from_inside_no_step_leaves_the_limits(pose, translation, R_delta):
     t, R, _ = limit_step(translation, R_delta, pose, LIMITS)
     target = pose[:3, 3] + t
     assert np.linalg.norm(t) <= LIMITS.max_translation_per_step_m + EPS
-    assert np.all(target >= np.array(LIMITS.workspace_min_m) - EPS)
-    assert np.all(target <= np.array(LIMITS.workspace_max_m) + EPS)
+    lo, hi = map(np.array, LIMITS.target_box_m)
+    assert np.all(target >= lo - EPS) and np.all(target <= hi + EPS)
     assert rotation_angle(R) <= LIMITS.max_rotation_per_step_rad + 1e-7
     assert orientation_excess_rad(R @ pose[:3, :3], LIMITS) <= 1e-6
 
@@ -232,7 +244,7 @@ def test_from_inside_no_step_leaves_the_limits(pose, translation, R_delta):
 @given(position=vectors.map(lambda v: v * 1e-6), translation=vectors)
 def test_from_outside_every_step_comes_back(position, translation):
     pose = pose_matrix(np.array([0.5, 0.0, 0.3]) + position, R_REF)  # up to 1 m off the box centre
-    lo, hi = np.array(LIMITS.workspace_min_m), np.array(LIMITS.workspace_max_m)
+    lo, hi = map(np.array, LIMITS.target_box_m)
 
     def outside_by(p):
         return np.maximum(lo - p, 0) + np.maximum(p - hi, 0)
@@ -256,7 +268,7 @@ def test_drifting_toward_a_face_reaches_it_and_never_passes(face, noise):
     push = np.zeros(7)
     push[axis] = 1e3 if sign else -1e3
     pose = home_pose()
-    lo, hi = np.array(LIMITS.workspace_min_m), np.array(LIMITS.workspace_max_m)
+    lo, hi = map(np.array, LIMITS.target_box_m)
     for extra in noise:
         translation, R_delta, _, _ = action_to_step(push + np.array(extra))
         t, R, _ = limit_step(translation, R_delta, pose, LIMITS)
