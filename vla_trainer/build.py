@@ -93,6 +93,9 @@ def full_model_dir(model_path: str | Path) -> Path:
     """
     from .checkpoint.model_io import resolve_model_dir
 
+    if Path(model_path).is_file() and Path(model_path).name != "latest":  # a run's pointer file is a way in
+        raise FileNotFoundError(f"actor.model.model_path={model_path}: {model_path} is a file: a model is a folder "
+                                "(config.json, model.safetensors, the tokenizer), a training checkpoint or a run folder")
     try:
         model_dir = resolve_model_dir(model_path)
     except FileNotFoundError as e:

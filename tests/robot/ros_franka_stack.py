@@ -48,11 +48,13 @@ def ros_arm_config(**overrides):
     Steps wait up to 5 s to arrive (a robot's default is 1 s): on a machine whose cores the rest of
     the suite keeps busy, franky-sim and this stand-in fall behind real time, and a 5 cm step then took
     over 1 s; a step cut short is carried on from where the TCP is, which the parity test would read
-    as drift."""
+    as drift. For the same reason the state may be up to 1 s old (a robot's default 0.25 s): the
+    stand-in's publisher, on that machine, once paused 0.5 s mid-run. The test of stale state sets
+    its own."""
     from real_robot.ros_arm import RosArmConfig
 
     return RosArmConfig(**{"domain_id": DOMAIN_ID, "relative_dynamics_factor": 0.5, "connect_timeout_s": 30.0,
-                           "settle_timeout_s": 5.0, **overrides})
+                           "settle_timeout_s": 5.0, "state_timeout_s": 1.0, **overrides})
 
 
 def main(argv: list[str] | None = None) -> int:
