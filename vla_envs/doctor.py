@@ -60,22 +60,18 @@ def check_egl() -> Check:
     if not _installed("mujoco"):
         return Check("EGL / OSMesa (MuJoCo, LIBERO)", "absent", "mujoco is not installed", "bash scripts/setup.sh libero")
 
-    from vla_envs.backends.libero.rendering import CANDIDATES, probe
+    from vla_envs.backends.libero.rendering import CANDIDATES, find_gl
 
-    chosen = os.environ.get("MUJOCO_GL")
-    if chosen:
-        err = probe(chosen)
-        if err is None:
-            return Check("EGL / OSMesa (MuJoCo, LIBERO)", "ok", f"MUJOCO_GL={chosen} (set in the environment) renders")
+    backend, errors, user_set = find_gl()
+    if user_set:
+        if backend is not None:
+            return Check("EGL / OSMesa (MuJoCo, LIBERO)", "ok", f"MUJOCO_GL={backend} (set in the environment) renders")
+        chosen, err = next(iter(errors.items()))
         return Check("EGL / OSMesa (MuJoCo, LIBERO)", "missing", f"MUJOCO_GL={chosen} is set but fails: {err}",
                      f"unset MUJOCO_GL (LIBERO then picks {' or '.join(CANDIDATES)}) or set one that renders")
-    errors = []
-    for backend in CANDIDATES:
-        err = probe(backend)
-        if err is None:
-            return Check("EGL / OSMesa (MuJoCo, LIBERO)", "ok", f"MUJOCO_GL={backend} renders")
-        errors.append(f"{backend}: {err}")
-    return Check("EGL / OSMesa (MuJoCo, LIBERO)", "missing", "; ".join(errors),
+    if backend is not None:
+        return Check("EGL / OSMesa (MuJoCo, LIBERO)", "ok", f"MUJOCO_GL={backend} renders")
+    return Check("EGL / OSMesa (MuJoCo, LIBERO)", "missing", "; ".join(f"{k}: {v}" for k, v in errors.items()),
                  "apt-get install libegl1 (or libosmesa6 and MUJOCO_GL=osmesa)")
 
 
