@@ -63,7 +63,7 @@ class Ours:
 
         self.n = workers
         self.env = gym.make("libero_spatial", num_envs=workers, image_size=size, fast_render=fast_render,
-                            settle_steps=0, time_limit=10**6, auto_reset=False)
+                            native_render=False, settle_steps=0, time_limit=10**6, auto_reset=False)  # at `size`
         self.env.reset(options={"state_ids": np.zeros(workers, np.int64)})
 
     def steps(self, k: int) -> None:

@@ -53,8 +53,9 @@ class CameraFile:
     def render_intrinsic_for(self, height: int, width: int, crop: tuple[int, int, int, int] | None = None) -> np.ndarray:
         """``intrinsic_for`` in the renderer's convention, pixel *corners* at integer coordinates:
         the principal point is 0.5 px further right and down. SAPIEN takes this one (given the
-        OpenCV one it draws everything 0.5 px up and left), and so does an image resampled by area
-        (cropping and PIL's BOX resize of the real frame). Crop and resize are exact in it."""
+        OpenCV one it draws everything 0.5 px up and left), and so does a resampled image whose
+        pixel centres sit at half-integers (cropping, and ``resize_rgb`` of a rendered or real
+        frame). Crop and resize are exact in it."""
         left, top, right, bottom = self.check_crop(crop)
         k = self.intrinsic.copy()
         k[0, 2] += 0.5 - left

@@ -107,6 +107,27 @@ def test_a_reset_to_one_id_starts_the_same_episode_whatever_the_last_one_did():
         env.close()
 
 
+def test_the_cameras_render_at_the_protocols_256_px_and_are_resized_as_the_reference_does():
+    """``native_render`` (the default): both pictures at 64 px are ``resize_rgb`` of the 256 px
+    renders, as the reference's image processor resizes them; rendered at 64 px directly
+    (``native_render=False``) they are other pixels."""
+    from vla_envs.core.images import resize_rgb
+
+    pictures = {}
+    for name, kwargs in (("256", dict(image_size=256)), ("native", dict(image_size=64)),
+                         ("direct", dict(image_size=64, native_render=False))):
+        env = gym.make("libero_goal", num_envs=1, settle_steps=0, vectorization="serial", **kwargs)
+        try:
+            obs, _ = env.reset(options={"state_ids": np.array([0])})
+            pictures[name] = {k: obs[k][0] for k in ("image", "wrist_image")}
+        finally:
+            env.close()
+    for key in ("image", "wrist_image"):
+        assert pictures["native"][key].shape == (64, 64, 3)
+        np.testing.assert_array_equal(pictures["native"][key], resize_rgb(pictures["256"][key], (64, 64)))
+        assert np.abs(pictures["direct"][key].astype(int) - pictures["native"][key]).mean() > 1.0  # measured 3.1
+
+
 def test_a_task_and_initial_state_is_one_scene_in_its_suite_and_in_libero_130():
     """Fixtures were drawn from the group's id: goal task 0's first state (id 0 in libero_goal, 1000
     in libero_130) stood its cabinet 1.9 cm apart in the two. A model trained on LIBERO-130 is scored

@@ -57,6 +57,7 @@ def test_a_missing_required_option_is_named_before_anything_starts():
     ({"assets": "bridge"}, r"assets='bridge'; allowed: \['auto', 'official', 'procedural'\]"),
     ({"expert_start_phases": "lift"}, r"expert_start_phases='lift'; must be a list"),
     ({"low_poly": "yes"}, r"low_poly='yes'; true or false"),
+    ({"native_render": 1}, r"native_render=1; true or false"),
 ])
 def test_bad_values_name_the_option_and_what_is_allowed(kwargs, message):
     with pytest.raises(ValueError, match=message):

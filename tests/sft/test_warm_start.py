@@ -36,7 +36,11 @@ def test_made_by_matches_the_recipe_it_warm_starts():
     recipe = load_config("cpu_ppo_tiny_put_on_plate")
     assert made_by["script"] == "scripts/make_warm_start.sh"
     assert made_by["demos"]["env_id"] == recipe.env.train.task
-    assert made_by["demos"]["env_kwargs"] == dict(recipe.env.train.env_kwargs) == dict(recipe.env.eval.env_kwargs)
+    scene = dict(recipe.env.train.env_kwargs)
+    assert scene == dict(recipe.env.eval.env_kwargs)
+    # made before native_render existed, when every picture was rendered at image_size: the recipe says so
+    assert scene.pop("native_render") is False
+    assert made_by["demos"]["env_kwargs"] == scene
     last = made_by["stages"][-1]
     assert last["settings"]["proprio"] and not any(s["settings"].get("proprio") for s in made_by["stages"][:-1])
     # it learned more than the actions' mode: its greedy action is closer to the expert's than "do nothing"

@@ -13,8 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
-import torch.nn.functional as F
 
 from vla_envs.demos import load_demos, load_index
 
@@ -223,12 +221,10 @@ def stack_images(episodes: list[dict[str, np.ndarray]]) -> np.ndarray:
 
 
 def resize_images(images: np.ndarray, size: int, batch: int = 256) -> np.ndarray:
-    """uint8 ``[M, H, W, 3]`` -> uint8 ``[M, size, size, 3]`` (bilinear, antialiased); as is if already."""
+    """uint8 ``[M, H, W, 3]`` -> uint8 ``[M, size, size, 3]`` by ``resize_rgb`` (the envs' and the
+    real camera's resize), ``batch`` images at a time; as is if already that size."""
+    from vla_envs.core.images import resize_rgb
+
     if images.shape[1:3] == (size, size):
         return images
-    out = []
-    for i in range(0, len(images), batch):
-        x = torch.from_numpy(images[i : i + batch]).permute(0, 3, 1, 2).float()
-        x = F.interpolate(x, size=(size, size), mode="bilinear", antialias=True, align_corners=False)
-        out.append(x.round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1).numpy())
-    return np.concatenate(out)
+    return np.concatenate([resize_rgb(images[i : i + batch], (size, size)) for i in range(0, len(images), batch)])

@@ -1,5 +1,5 @@
 """What "the same observation and action as the Panda twin" means on the real Franka, as data
-and pure functions (numpy and Pillow; no robot SDK), so every user of the real arm (the env
+and pure functions (numpy and torch; no robot SDK), so every user of the real arm (the env
 backend, the ROS 2 policy node, tests) builds the policy's input the same way.
 
 The twin (``PutOnPlateInScene25*``, ``vla_envs/tasks/put_on_plate/env.py``):
@@ -8,8 +8,9 @@ The twin (``PutOnPlateInScene25*``, ``vla_envs/tasks/put_on_plate/env.py``):
   about z (it faces -x). Its ``state`` is ``[9 qpos (7 joints, 2 fingers), TCP xyz, TCP wxyz]``
   with the TCP pose in *that world* frame. A real base-frame pose is mapped through
   ``T_WORLD_FROM_BASE`` to get the same numbers.
-* renders its camera from a camera file (intrinsics, ``T_base_from_cam``), cropped to
-  ``camera_crop`` and resized to ``image_size``; the real frame is cropped and resized the same way.
+* renders its camera from a camera file (intrinsics, ``T_base_from_cam``) at the file's
+  resolution, cropped to ``camera_crop`` and resized to ``image_size``; the real frame is cropped
+  and resized the same way, by the same function.
 * executes an action with ManiSkill's ``pd_ee_delta_pose`` at 5 Hz (``real_robot.twin_action``
   says how the numbers become a Cartesian target). Its PD control reaches only part of each
   target within one 0.2 s step; the real arm reaches its target. ``TWIN_TRACKING_GAIN`` scales
@@ -70,7 +71,8 @@ def twin_image(frame_rgb: np.ndarray, image_size: int | tuple[int, int],
                camera_crop: tuple[int, int, int, int] | None = None,
                camera_hw: tuple[int, int] | None = None) -> np.ndarray:
     """The policy's image from a real color frame: the twin's ``camera_crop`` (pixels of the
-    camera file's resolution), resized to ``image_size`` by area averaging.
+    camera file's resolution), resized to ``image_size`` by ``vla_envs.core.images.resize_rgb``,
+    as the twin resizes its own rendering of that region (its default ``native_render``).
 
     Args:
         frame_rgb: uint8 ``[H, W, 3]``, RGB.
@@ -83,7 +85,7 @@ def twin_image(frame_rgb: np.ndarray, image_size: int | tuple[int, int],
         ValueError: the frame is not uint8 RGB, its size is not the camera file's, or the crop
             does not fit it.
     """
-    from PIL import Image
+    from vla_envs.core.images import resize_rgb
 
     frame = np.asarray(frame_rgb)
     if frame.dtype != np.uint8 or frame.ndim != 3 or frame.shape[2] != 3:
@@ -96,8 +98,7 @@ def twin_image(frame_rgb: np.ndarray, image_size: int | tuple[int, int],
     if not (0 <= left < right <= w and 0 <= top < bottom <= h):
         raise ValueError(f"camera_crop {camera_crop} must satisfy 0 <= left < right <= {w} and 0 <= top < bottom <= {h}")
     out_h, out_w = (image_size, image_size) if isinstance(image_size, (int, np.integer)) else image_size
-    region = Image.fromarray(np.ascontiguousarray(frame[top:bottom, left:right]))
-    return np.asarray(region.resize((int(out_w), int(out_h)), Image.Resampling.BOX), dtype=np.uint8)
+    return np.ascontiguousarray(resize_rgb(frame[top:bottom, left:right], (int(out_h), int(out_w))))
 
 
 def twin_scaled_action(action: np.ndarray) -> np.ndarray:

@@ -21,7 +21,7 @@ def make_libero_vector_env(group: str, num_envs: int = 1, *, vectorization: str 
         num_envs: batch size; each env runs in its own worker process (``vectorization="pool"``;
             ``"serial"``: all in this process, for debugging).
         **kwargs: the task's options (``options.LiberoOptions``: image_size, wrist,
-            settle_steps, fast_render) and ``ChunkVectorEnv``'s (auto_reset, ignore_terminations,
+            settle_steps, fast_render, native_render) and ``ChunkVectorEnv``'s (auto_reset, ignore_terminations,
             use_fixed_reset_state_ids, group_size, time_limit, ...); any other name is refused.
 
     Initial-state ids are ``task_index * 50 + init_index`` over the group's tasks, so drawing ids
@@ -43,7 +43,7 @@ def make_libero_vector_env(group: str, num_envs: int = 1, *, vectorization: str 
     check_task_files(group)  # LIBERO itself asserts deep inside a worker
     ensure_gl()  # here, once, with a clear error; the workers inherit MUJOCO_GL
     fn = functools.partial(LiberoTaskEnv, group, options.image_size, options.wrist, options.settle_steps,
-                           options.fast_render)
+                           options.fast_render, options.native_render)
     # a crashed simulator (MuJoCo can abort the process) is replaced and its episode truncated
     backend = (ProcessPoolBackend([fn] * num_envs, restart_crashed=True) if vectorization == "pool"
                else SerialBackend([fn] * num_envs))

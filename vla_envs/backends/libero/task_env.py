@@ -7,7 +7,9 @@ the same process (no worker respawn); a reset to the same task reuses it (soft r
 The OpenVLA / OpenVLA-OFT evaluation protocol is the default: after a reset, ``settle_steps``
 (10) no-op actions let objects come to rest before the first observation; both camera images are
 rotated 180 degrees (LIBERO renders them upside down, and OpenVLA was trained on rotated ones);
-256 px. ``state`` is the end-effector position (3), its orientation as axis-angle (3) and the two
+rendered at 256 px and resized to ``image_size`` by ``vla_envs.core.images.resize_rgb``, as the
+reference's image processor resizes its 256 px renders (``native_render=False``: rendered at
+``image_size``). ``state`` is the end-effector position (3), its orientation as axis-angle (3) and the two
 gripper finger positions (2), as OpenVLA-OFT's proprio input.
 
 Actions: the project's 7-D convention is LIBERO's own: OSC_POSE delta end-effector, position
@@ -25,11 +27,13 @@ import numpy as np
 
 from vla_envs.backends.libero.rendering import ensure_gl
 from vla_envs.backends.libero.suites import INIT_STATES_PER_TASK, group_tasks, init_states, max_steps, scene_id
+from vla_envs.core.images import resize_rgb
 from vla_envs.core.spaces import make_action_space, make_observation_space
 from vla_envs.core.task_env import TaskEnv
 
 SETTLE_ACTION = np.array([0, 0, 0, 0, 0, 0, -1], np.float64)
 STATE_DIM = 8
+NATIVE_SIDE = 256  # the protocol's (and the reference's) camera size
 
 
 def quat_to_axis_angle(q: np.ndarray) -> np.ndarray:
@@ -45,17 +49,19 @@ def quat_to_axis_angle(q: np.ndarray) -> np.ndarray:
 class LiberoTaskEnv(TaskEnv):
     """Args:
         group: a registered task group (``libero_spatial`` ... ``libero_90``, ``libero_130``).
-        image_size: side of both cameras in pixels (256: the eval protocol).
+        image_size: side of both pictures in pixels (256: the eval protocol).
         wrist: also return the wrist camera as ``wrist_image``.
         settle_steps: no-op steps after each reset (10: the eval protocol).
         fast_render: turn multisample anti-aliasing off (~1.7x faster rendering, different
             pixels): for training throughput only, never for evaluation.
+        native_render: render at ``NATIVE_SIDE`` and resize to ``image_size``; False: render at
+            ``image_size``.
     """
 
     metadata = {"render_modes": []}
 
     def __init__(self, group: str, image_size: int = 256, wrist: bool = True, settle_steps: int = 10,
-                 fast_render: bool = False):
+                 fast_render: bool = False, native_render: bool = True):
         ensure_gl()
         self.group = group
         self.tasks = group_tasks(group)
@@ -63,6 +69,7 @@ class LiberoTaskEnv(TaskEnv):
         self.wrist = bool(wrist)
         self.settle_steps = int(settle_steps)
         self.fast_render = bool(fast_render)
+        self.render_side = NATIVE_SIDE if native_render else self.image_size
         self.max_episode_steps = max_steps(group)
         self.num_initial_states = len(self.tasks) * INIT_STATES_PER_TASK
         hw = (self.image_size, self.image_size)
@@ -83,8 +90,8 @@ class LiberoTaskEnv(TaskEnv):
         with contextlib.redirect_stdout(io.StringIO()):
             # ignore_done: the time limit is the vector env's; robosuite's own (1000 steps, settling
             # included) would end a longer episode with a raw "executing action in terminated episode"
-            env = OffScreenRenderEnv(bddl_file_name=task.bddl_file, camera_heights=self.image_size,
-                                     camera_widths=self.image_size, camera_names=cameras, hard_reset=False,
+            env = OffScreenRenderEnv(bddl_file_name=task.bddl_file, camera_heights=self.render_side,
+                                     camera_widths=self.render_side, camera_names=cameras, hard_reset=False,
                                      ignore_done=True)
         if self.fast_render:  # no multisampling: rebuild the offscreen buffers without it
             sim = env.env.sim
@@ -99,9 +106,10 @@ class LiberoTaskEnv(TaskEnv):
     def _obs(self, raw: dict[str, np.ndarray]) -> dict[str, Any]:
         state = np.concatenate([raw["robot0_eef_pos"], quat_to_axis_angle(raw["robot0_eef_quat"]),
                                 raw["robot0_gripper_qpos"]]).astype(np.float32)
-        obs = {"image": np.ascontiguousarray(raw["agentview_image"][::-1, ::-1])}
+        hw = (self.image_size, self.image_size)
+        obs = {"image": np.ascontiguousarray(resize_rgb(raw["agentview_image"][::-1, ::-1], hw))}
         if self.wrist:
-            obs["wrist_image"] = np.ascontiguousarray(raw["robot0_eye_in_hand_image"][::-1, ::-1])
+            obs["wrist_image"] = np.ascontiguousarray(resize_rgb(raw["robot0_eye_in_hand_image"][::-1, ::-1], hw))
         obs["state"] = state
         obs["instruction"] = self.tasks[self._task_index].language
         return obs

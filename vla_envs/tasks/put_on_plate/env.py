@@ -23,7 +23,10 @@ episode id, so envs that share an initial state share the start too.
 The scene is a table whose top is at z = 0.87 m (the Bridge stage's height); every object and
 plate of the pack is built once and parked off-table, and each episode moves the selected
 two onto it. Every pixel of the main camera that is not the robot, an object or a plate is
-replaced by the episode's table photo (segmentation-based green screen).
+replaced by the episode's table photo (segmentation-based green screen). The camera renders at
+its own resolution (the camera file's pixels of ``camera_crop``), the green screen applies there,
+and the picture is then resized to ``image_size`` by the function that resizes a real camera's
+frame (``vla_envs.core.images.resize_rgb``); ``native_render=False`` renders at ``image_size``.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from PIL import Image
 from vla_envs.backends.maniskill.common import to_maniskill_action
 from vla_envs.camera_file import CameraFile, load_camera_file
 from vla_envs.core.backend import env_rows
+from vla_envs.core.images import resize_rgb
 from vla_envs.tasks.put_on_plate import episodes, rewards
 from vla_envs.tasks.put_on_plate.assets import AssetPack
 from vla_envs.tasks.put_on_plate.expert import OPEN, PHASES, ScriptedExpert
@@ -71,7 +75,7 @@ class PutOnPlateInScene25Env(BaseEnv):
 
     def __init__(self, *args: Any, pack: AssetPack, variant: str = "PutOnPlateInScene25Main-v3",
                  camera_file: str | Path | None = None, camera_hw: tuple[int, int] = (480, 640),
-                 camera_crop: tuple[int, int, int, int] | None = None,
+                 camera_crop: tuple[int, int, int, int] | None = None, native_render: bool = True,
                  robot_uids: str = "panda", sim_freq: int = 500, reward_shaping: float = 0.0,
                  expert_start_phases: tuple[str, ...] = (), **kwargs: Any):
         self.pack = pack
@@ -82,13 +86,16 @@ class PutOnPlateInScene25Env(BaseEnv):
         self.variant = get_variant(variant)
         self.split = self.variant.split(len(pack.plates))
         self.camera: CameraFile = load_camera_file(camera_file)
-        self.image_hw = tuple(camera_hw)
+        self.image_hw = tuple(camera_hw)  # what the policy sees
         self.camera_crop = self.camera.check_crop(camera_crop)
+        left, top, right, bottom = self.camera_crop
+        # native: the camera's own pixels of the crop, resized afterwards as a real frame is
+        self.render_hw = (bottom - top, right - left) if native_render else self.image_hw
         self.num_episodes = self.split.num_episodes
         self._layout = torch.tensor(episodes.layout_xy(self.split.layout), dtype=torch.float32)  # [n, 2|3, 2]
         yaws = torch.as_tensor(episodes.YAWS_RAD, dtype=torch.float32)
         self._yaw_quats = torch.stack([torch.cos(yaws / 2), 0 * yaws, 0 * yaws, torch.sin(yaws / 2)], 1)
-        h, w = self.image_hw
+        h, w = self.render_hw
         fractions = self.camera.crop_fractions(self.camera_crop)
 
         def view(file: Path) -> torch.Tensor:
@@ -111,14 +118,14 @@ class PutOnPlateInScene25Env(BaseEnv):
 
     @property
     def _default_sensor_configs(self) -> list[CameraConfig]:
-        h, w = self.image_hw
+        h, w = self.render_hw
         pose = PANDA_BASE * self.camera.sapien_pose_in_base()
         return [CameraConfig(CAMERA_UID, pose, w, h, intrinsic=self.camera.render_intrinsic_for(h, w, self.camera_crop),
                              near=0.01, far=10.0)]
 
     @property
     def _default_human_render_camera_configs(self) -> CameraConfig:
-        h, w = self.image_hw
+        h, w = self.render_hw
         return CameraConfig("render_camera", PANDA_BASE * self.camera.sapien_pose_in_base(), w, h,
                             intrinsic=self.camera.render_intrinsic_for(h, w, self.camera_crop), near=0.01, far=10.0)
 
@@ -448,6 +455,7 @@ class PutOnPlateInScene25Env(BaseEnv):
             if self._noise is not None:
                 rgb = self._noise(rgb, keep, sel, self.variant.texture_noise, self.variant.image_noise)
             cam["rgb"] = rgb
+        cam["rgb"] = resize_rgb(cam["rgb"][..., :3], self.image_hw)  # as a real frame is (franka/*)
         return data
 
 

@@ -42,7 +42,7 @@ def make_put_on_plate_vector_env(num_envs: int = 1, *, variant: str = "PutOnPlat
         render_backend=render_backend, image_size=None, reward_mode=options.reward_mode,
         obs_mode="rgb+segmentation", register_module="vla_envs.tasks.put_on_plate.env",
         env_kwargs=dict(pack=pack, variant=variant, camera_file=options.camera_file, camera_hw=options.image_hw,
-                        camera_crop=options.camera_crop,
+                        camera_crop=options.camera_crop, native_render=options.native_render,
                         robot_uids="panda_lowpoly" if options.low_poly else "panda", sim_freq=options.sim_freq,
                         reward_shaping=options.reward_shaping, expert_start_phases=options.expert_start_phases),
         **contract_kwargs)
