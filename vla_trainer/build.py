@@ -23,6 +23,7 @@ def build_policy(cfg: TrainConfig, resume_model_dir: Path | None = None, device:
     """The policy of ``actor.model`` (from a preset or a saved folder), with value head and LoRA
     as configured, on ``device`` (default: a GPU if present); ``resume_model_dir`` replaces its
     weights with a checkpoint's."""
+    from .checkpoint import recorded_unnorm_key
     from .models import VLAPolicy, apply_lora, build_model, load_lora, load_pretrained
 
     m = cfg.actor.model
@@ -48,7 +49,10 @@ def build_policy(cfg: TrainConfig, resume_model_dir: Path | None = None, device:
     if m.is_lora:
         model = load_lora(model, resume_model_dir) if resume_model_dir is not None else apply_lora(model, m.lora_rank)
     model.eval()
-    return VLAPolicy(model.to(device or default_device()), tokenizer, unnorm_key=m.unnorm_key)
+    unnorm_key = m.unnorm_key
+    if unnorm_key is None and m.model_path is not None:  # the statistics its fine-tuning acted with
+        unnorm_key = recorded_unnorm_key(full_model_dir(m.model_path))
+    return VLAPolicy(model.to(device or default_device()), tokenizer, unnorm_key=unnorm_key)
 
 
 def load_model(path: str | Path):

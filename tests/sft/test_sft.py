@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 
 import numpy as np
@@ -132,6 +133,37 @@ def test_an_sft_model_records_the_env_options_of_its_demos_and_serving_reads_the
     assert spec.camera_crop == (190, 80, 460, 350) and spec.task == "Synthetic-v0"
     # demos that do not say (or disagree) record nothing: the crop stays unknown, not guessed
     assert train_sft(fresh_policy(), [a, tmp_path / "b"], cfg, progress=False)["env_kwargs"] is None
+
+
+def test_an_sft_output_records_its_unnorm_key_and_everything_downstream_acts_with_it(demos, tmp_path):
+    """A model with several action statistics fine-tuned with one: serving, evaluation, a further SFT
+    stage and an RL run from it un-normalise with that one without being told again."""
+    from tiny_vla import tiny
+
+    from vla_trainer.build import build_policy
+    from vla_trainer.checkpoint import recorded_unnorm_key
+    from vla_trainer.cli.eval import unnorm_key
+    from vla_trainer.config import load_config
+    from vla_trainer.deploy.serve import PolicyService
+    from vla_trainer.sft.start import checkpoint_policy, starting_policy
+
+    stats = {k: {"action": {"q01": [-s] * 7, "q99": [s] * 7}} for k, s in (("bridge_orig", 1.0), ("fractal", 0.5))}
+    model, tokenizer = tiny(PRESET, norm_stats=stats)
+    out = tmp_path / "sft"
+    m = train_sft(VLAPolicy(model, tokenizer, unnorm_key="fractal"), demos,
+                  SFTConfig(steps=1, batch_size=2, lr=1e-3, eval_samples=4), out_dir=out, progress=False)
+    assert m["unnorm_key"] == "fractal" and recorded_unnorm_key(out) == "fractal"
+    assert PolicyService(out).policy.unnorm_key == "fractal"
+    assert checkpoint_policy(out).unnorm_key == "fractal"
+    assert starting_policy(demos, init_from=out).unnorm_key == "fractal"
+    assert unnorm_key(argparse.Namespace(unnorm_key=None, recipe_unnorm_key="bridge_orig"), out, model) == "fractal"
+    cfg = load_config("cpu_grpo_tiny_put_on_plate", [f"actor.model.model_path={out}", "actor.model.preset=null"])
+    assert build_policy(cfg, device="cpu").unnorm_key == "fractal"
+    named = load_config("cpu_grpo_tiny_put_on_plate", [f"actor.model.model_path={out}", "actor.model.preset=null",
+                                                       "actor.model.unnorm_key=bridge_orig"])
+    assert build_policy(named, device="cpu").unnorm_key == "bridge_orig"  # a key the recipe names wins
+    (out / "sft_metrics.json").write_text("[not a record")
+    assert recorded_unnorm_key(out) is None  # unreadable: nothing recorded, so the model's sets are listed
 
 
 def test_demo_folders_agree_on_their_scene_whatever_their_contract_options(tmp_path):

@@ -156,8 +156,16 @@ def checkpoint_recipe(model_dir: str | Path):
 
 
 def recorded_unnorm_key(model_dir: str | Path) -> str | None:
-    """The ``actor.model.unnorm_key`` a training checkpoint's run acted with: which of the model's
-    action statistics its actions mean. None for a model folder without a run's recipe (a model with
-    one statistics set needs none)."""
+    """Which of the model's action statistics its actions mean, as its training recorded it: a
+    training checkpoint's run's ``actor.model.unnorm_key``, else the key a ``vla-train sft`` output
+    was fine-tuned with (its ``sft_metrics.json``). None when neither is recorded (a model with one
+    statistics set needs none)."""
     cfg = checkpoint_recipe(model_dir)
-    return None if cfg is None else cfg.actor.model.unnorm_key
+    if cfg is not None:
+        return cfg.actor.model.unnorm_key
+    record = Path(model_dir) / "sft_metrics.json"
+    try:
+        key = json.loads(record.read_text()).get("unnorm_key") if record.is_file() else None
+    except (OSError, ValueError, AttributeError):  # an unreadable record says nothing
+        return None
+    return key if isinstance(key, str) else None

@@ -89,6 +89,10 @@ def starting_policy(demos: DemoFolders, *, preset: str = "tiny-openvla-oft", ini
     try:
         if init_from is not None:
             model, tokenizer = load_init_checkpoint(Path(init_from))
+            if unnorm_key is None:  # continue with the statistics the checkpoint was trained with
+                from vla_trainer.checkpoint import recorded_unnorm_key, resolve_model_dir
+
+                unnorm_key = recorded_unnorm_key(resolve_model_dir(Path(init_from)))
             if patch_positions is not None and patch_positions != model.config.patch_positions:
                 if patch_positions == "none":
                     raise ValueError(f"--patch-positions none: {init_from} has a trained place code (sincos), "

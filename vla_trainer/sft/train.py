@@ -265,6 +265,7 @@ def train_sft(
         "final_scene_loss": float(np.mean(scene_history[-(cfg.log_every or 1):])) if scene_history else None,
         "curve": curve + [{"step": cfg.steps, **after}] if cfg.eval_every else None,
         "settings": cfg.to_dict(),
+        "unnorm_key": policy.unnorm_key,  # the statistics its targets were normalised with (recorded_unnorm_key)
         **demos_env(demo_dir),  # the env the model was trained for, and how its images were made (camera_crop)
         "checkpoint": None,
     }
