@@ -180,8 +180,8 @@ def test_grpo_cpu_recipe_inherits_ppo_cpu_recipe():
     grpo = load_config("cpu_grpo_tiny_put_on_plate")
     # inherited from the parent (not the schema defaults)
     assert grpo.env.train.task == ppo.env.train.task == "PutOnPlateInScene25Main-v3"
-    assert grpo.env.train.env_kwargs == ppo.env.train.env_kwargs == {"low_poly": True, "assets": "procedural",
-                                                                     "camera_crop": [190, 80, 460, 350]}
+    assert grpo.env.train.env_kwargs == ppo.env.train.env_kwargs == {
+        "low_poly": True, "assets": "procedural", "camera_crop": [190, 80, 460, 350], "native_render": False}
     assert grpo.env.eval == ppo.env.eval
     assert grpo.rollout == ppo.rollout
     assert grpo.actor.micro_batch_size == ppo.actor.micro_batch_size == 10
@@ -239,7 +239,8 @@ def test_overrides_apply_with_type_conversion():
     ])
     assert isinstance(cfg.actor.optim.lr, float) and cfg.actor.optim.lr == pytest.approx(3e-5)
     assert cfg.env.train.env_kwargs == {"low_poly": False, "assets": "procedural",
-                                        "camera_crop": [190, 80, 460, 350], "camera_file": "cams.json"}
+                                        "camera_crop": [190, 80, 460, 350], "native_render": False,
+                                        "camera_file": "cams.json"}
     assert cfg.env.train.total_num_envs == 8 and isinstance(cfg.env.train.total_num_envs, int)
     assert isinstance(cfg.runner.max_wall_minutes, float) and cfg.runner.max_wall_minutes == 5.0
     assert cfg.runner.resume_dir == "auto"

@@ -183,7 +183,7 @@ def test_cli_errors_name_the_key_and_print_config(capsys, tmp_path):
     # one part as JSON, which the scripts read (e.g. the scene options the demos are recorded in)
     assert vla_train(["--config", "cpu_ppo_tiny_put_on_plate", "--print-config", "env.train.env_kwargs"]) == 0
     assert json.loads(capsys.readouterr().out) == {"low_poly": True, "assets": "procedural",
-                                                   "camera_crop": [190, 80, 460, 350]}
+                                                   "camera_crop": [190, 80, 460, 350], "native_render": False}
     assert vla_train(["--config", "cpu_ppo_tiny_put_on_plate", "--print-config", "env.train.kwargs"]) == 2
     assert "env.train has no key 'kwargs'; its keys: task," in capsys.readouterr().err
     # into a list by index, as overrides reach it

@@ -187,7 +187,7 @@ publish_to: {out}
     assert made_by["demos"] == {"env_id": "Synthetic-v0", "asset_pack": None, "episodes_recorded": 12,
                                 "episodes_kept": 10, "seed": 3, "expert_kwargs": {},
                                 "env_kwargs": {"low_poly": True, "assets": "procedural",
-                                               "camera_crop": [190, 80, 460, 350]}}
+                                               "camera_crop": [190, 80, 460, 350], "native_render": False}}
     assert made_by["vision_pretraining"]["settings"]["batch_size"] == 4 and made_by["vision_pretraining"]["steps"] == 2
     first, second = made_by["stages"]
     assert (first["settings"]["init"], second["settings"]["init"]) == ("vision pretraining", "stage 0")
