@@ -74,6 +74,7 @@ class Arm(abc.ABC):
     def __init__(self) -> None:
         self._safety_permit: object | None = None
         self._dry_run = False
+        self._gripper_kept: bool | None = None  # a gripper command waiting for the running one to end
 
     # ----- features: known without hardware ------------------------------------------------
     @property
@@ -188,14 +189,52 @@ class Arm(abc.ABC):
         self._move_to_pose(T_base_from_tcp)
 
     @requires_connection
-    def set_gripper(self, close: bool, *, permit: object | None = None) -> None:
+    def set_gripper(self, close: bool, *, permit: object | None = None, wait_for_running: bool = False) -> bool:
         """Close (grasp whatever is between the fingers) or open the gripper fully.
+
+        A Franka gripper runs one command at a time. While it still runs the previous one, the command
+        is kept and sent by the first ``set_gripper`` or ``update_gripper`` after that one ended (the
+        latest kept command wins; ``disconnect`` drops it), so that the arm's steps never wait for the
+        fingers: in the twin a step takes 200 ms whatever the gripper does.
+
+        Args:
+            close: True closes, False opens.
+            permit: the attached ``SafetyLayer``'s permit.
+            wait_for_running: wait for the running command to end and send this one now (an
+                episode's first open).
+
+        Returns:
+            Whether the command was sent now (else it is kept).
 
         Raises:
             SafetyBypassError: no or a foreign permit.
         """
         self._check_permit(permit, "set_gripper")
-        self._set_gripper(bool(close))
+        self._gripper_kept = bool(close)
+        if wait_for_running:
+            self._wait_gripper()
+        return self._send_kept_gripper()
+
+    @requires_connection
+    def update_gripper(self, *, permit: object | None = None) -> bool:
+        """Send the gripper command ``set_gripper`` kept, if any, once the gripper has ended the running
+        one; never waits. A ``SafetyLayer`` calls it at every step.
+
+        Returns:
+            Whether a command was sent.
+
+        Raises:
+            SafetyBypassError: no or a foreign permit.
+        """
+        self._check_permit(permit, "update_gripper")
+        return self._send_kept_gripper()
+
+    def _send_kept_gripper(self) -> bool:
+        if self._gripper_kept is None or self._gripper_busy():
+            return False
+        close, self._gripper_kept = self._gripper_kept, None
+        self._set_gripper(close)
+        return True
 
     @requires_connection
     def move_to_joint_positions(self, joint_positions_rad: Any, *, permit: object | None = None) -> None:
@@ -214,7 +253,15 @@ class Arm(abc.ABC):
 
     @abc.abstractmethod
     def _set_gripper(self, close: bool) -> None:
-        """The backend's gripper command (see ``set_gripper``)."""
+        """The backend's gripper command (see ``set_gripper``), sent when no other one runs."""
+
+    def _gripper_busy(self) -> bool:
+        """Whether the gripper still runs a command, asked without waiting (a backend whose
+        ``_set_gripper`` returns once the gripper is done keeps this default)."""
+        return False
+
+    def _wait_gripper(self) -> None:
+        """Wait for the running gripper command to end (see ``_gripper_busy``)."""
 
     @abc.abstractmethod
     def _move_to_joint_positions(self, joint_positions_rad: Any) -> None:

@@ -163,7 +163,7 @@ class FrankyArm(Arm):
             self._wait_gripper()
         finally:
             # franky closes the connections when its objects go
-            self._robot, self._gripper, self._gripper_future = None, None, None
+            self._robot, self._gripper, self._gripper_future, self._gripper_kept = None, None, None, None
 
     @requires_connection
     def observation(self) -> ArmObservation:
@@ -254,7 +254,7 @@ class FrankyArm(Arm):
     def _set_gripper(self, close: bool) -> None:
         if self._gripper is None:
             return
-        self._wait_gripper()  # libfranka's gripper runs one command at a time
+        self._wait_gripper()  # ended (Arm.set_gripper asked): collect its result
         speed = self.config.gripper_speed_m_per_s
         if close:
             # Any final width counts as a grasp: the policy decides, not an object-size guess.
@@ -268,6 +268,9 @@ class FrankyArm(Arm):
             self._gripper.open(speed)
         else:
             self._gripper_future = self._gripper.open_async(speed)
+
+    def _gripper_busy(self) -> bool:
+        return self._gripper_future is not None and not self._gripper_future.wait(0.0)
 
     def _wait_gripper(self) -> None:
         if self._gripper_future is not None:

@@ -385,7 +385,7 @@ class RosArm(Arm):
         if self._thread is not None:
             self._thread.join(2.0)
         self._node = self._executor = self._context = self._thread = None
-        self._joints = self._fingers = self._pose = self._gripper_future = None
+        self._joints = self._fingers = self._pose = self._gripper_future = self._gripper_kept = None
         self._gripper_call = {}
 
     # ----- reading -------------------------------------------------------------------------------------
@@ -559,7 +559,7 @@ class RosArm(Arm):
         if not clients:
             return
         ns = c.gripper_namespace.rstrip("/")
-        self._wait_gripper()  # one gripper command at a time, as libfranka's gripper runs them
+        self._wait_gripper()  # ended (Arm.set_gripper asked): collect its answer
         width = 0.0 if close else 0.08
         if c.gripper == "franka_msgs":
             client = clients[f"{ns}/grasp" if close else f"{ns}/move"]
@@ -579,6 +579,18 @@ class RosArm(Arm):
         self._gripper_future, self._gripper_closing = future, close
         if c.wait_for_motion:
             self._wait_gripper()
+
+    def _gripper_busy(self) -> bool:
+        future = self._gripper_future
+        if future is None:
+            return False
+        if not future.done():
+            return True
+        answer = future.result()
+        if getattr(answer, "accepted", False):  # an action's goal, accepted: it runs until its result comes
+            self._gripper_future = future = answer.get_result_async()
+            return not future.done()
+        return False
 
     def _wait_gripper(self) -> None:
         future, self._gripper_future = self._gripper_future, None

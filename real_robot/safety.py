@@ -549,8 +549,10 @@ class SafetyLayer:
                             kept = bool(self._gripper_closed)  # the gripper command was not sent
                             return replace(sent, action=step_to_action(translation, R_delta, kept),
                                            gripper_close=kept, gripper_changed=False, preempted=True)
-                    if gripper_changed:
+                    if gripper_changed:  # kept by the arm while its gripper ends the previous command
                         self.arm.set_gripper(close, permit=self._permit)
+                    else:
+                        self.arm.update_gripper(permit=self._permit)
                 if gripper_changed:
                     self._gripper_closed = close
                     self._gripper_changed_s = time.monotonic()
@@ -591,7 +593,7 @@ class SafetyLayer:
             else:
                 if wait_s > 0:
                     time.sleep(wait_s)
-                self.arm.set_gripper(False, permit=self._permit)
+                self.arm.set_gripper(False, permit=self._permit, wait_for_running=True)
             self._gripper_closed, self._gripper_changed_s = False, time.monotonic()
 
     def _check_open(self) -> None:

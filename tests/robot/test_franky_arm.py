@@ -89,6 +89,37 @@ def test_gripper_closes_and_opens(homed_layer):
     assert homed_layer.observation().gripper_width_m > 0.07
 
 
+def _width_m(layer) -> float:
+    return layer.observation().gripper_width_m
+
+
+def _wait_for_width(layer, done, seconds=5.0) -> float:
+    deadline = time.monotonic() + seconds
+    while not done(_width_m(layer)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return _width_m(layer)
+
+
+def test_a_gripper_command_while_the_fingers_move_is_kept_and_the_steps_go_on(layer_factory):
+    """Asynchronous steps: opening while the gripper still closes returns at once (the gripper runs one
+    command at a time; waiting for it stalled the control loop up to 0.7 s), and the steps after it
+    send the kept open once the close has ended."""
+    with layer_factory({"wait_for_motion": False}, gripper_min_interval_s=0.0) as layer:
+        layer.open_gripper()
+        assert _wait_for_width(layer, lambda w: w > 0.0795) > 0.0795
+        time.sleep(0.3)  # the open has ended: the close below is sent, not kept
+        assert layer.send_action([0, 0, 0, 0, 0, 0, 1.0]).gripper_changed  # close: sent
+        assert layer.send_action([0, 0, 0, 0, 0, 0, -1.0]).gripper_changed  # open: kept
+        returned = _width_m(layer)
+        time.sleep(0.2)
+        assert _width_m(layer) < returned - 0.002, "the open waited for the close to end"
+        deadline = time.monotonic() + 5.0
+        while _width_m(layer) < 0.075 and time.monotonic() < deadline:
+            layer.send_action([0, 0, 0, 0, 0, 0, -1.0])  # the policy's steps, the gripper unchanged
+            time.sleep(0.1)
+        assert _width_m(layer) > 0.075, "the kept open was never sent"
+
+
 def test_motion_commands_without_the_safety_layer_are_refused(homed_layer):
     arm = homed_layer.arm
     before = arm.observation().tcp_position_m

@@ -102,6 +102,28 @@ def test_each_gripper_interface_opens_and_closes_the_fingers(stack, gripper):
     assert widths[0] > 0.07 and widths[1] < 0.01 and widths[2] > 0.07, widths
 
 
+def test_a_gripper_goal_while_the_fingers_move_is_kept_and_sent_once_the_running_one_ends(stack):
+    """Asynchronous steps on franka_ros2's gripper actions: an open sent while the grasp still runs
+    returns at once and goes out (its goal) once the grasp's result has come."""
+    limits = dataclasses.replace(LIMITS, gripper_min_interval_s=0.0)
+    with RosArm(ros_arm_config(wait_for_motion=False)) as arm, SafetyLayer(arm, limits) as layer:
+        layer.home()
+        layer.open_gripper()
+        deadline = time.monotonic() + 5.0
+        while (arm.observation().gripper_width_m < 0.0795 or arm._gripper_busy()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert layer.send_action(np.array([0, 0, 0, 0, 0, 0, 1.0])).gripper_changed  # close: sent
+        assert layer.send_action(np.array([0, 0, 0, 0, 0, 0, -1.0])).gripper_changed  # open: kept
+        returned = arm.observation().gripper_width_m
+        time.sleep(0.3)
+        assert arm.observation().gripper_width_m < returned - 0.002, "the open waited for the grasp to end"
+        deadline = time.monotonic() + 6.0
+        while arm.observation().gripper_width_m < 0.075 and time.monotonic() < deadline:
+            layer.send_action(np.array([0, 0, 0, 0, 0, 0, -1.0]))
+            time.sleep(0.1)
+        assert arm.observation().gripper_width_m > 0.075, "the kept open was never sent"
+
+
 def test_recover_calls_the_stacks_error_recovery_and_failures_are_reported(stack, caplog):
     """``recover()`` sends franka_ros2's ``ErrorRecovery`` goal: the stack's (franky's error recovery)
     succeeds. Servers that abort every goal (the test's own, beside the stack): ``recover()`` returns
