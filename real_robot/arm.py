@@ -192,8 +192,9 @@ class Arm(abc.ABC):
     def set_gripper(self, close: bool, *, permit: object | None = None, wait_for_running: bool = False) -> bool:
         """Close (grasp whatever is between the fingers) or open the gripper fully.
 
-        A Franka gripper runs one command at a time. While it still runs the previous one, the command
-        is kept and sent by the first ``set_gripper`` or ``update_gripper`` after that one ended (the
+        A Franka gripper runs one command at a time. While it still runs the previous one (an arm
+        whose commands return before the fingers are done: ``wait_for_motion=False``), the command is
+        kept and sent by the first ``set_gripper`` or ``update_gripper`` after that one ended (the
         latest kept command wins; ``disconnect`` drops it), so that the arm's steps never wait for the
         fingers: in the twin a step takes 200 ms whatever the gripper does.
 
