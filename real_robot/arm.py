@@ -234,6 +234,7 @@ class Arm(abc.ABC):
         if self._gripper_kept is None or self._gripper_busy():
             return False
         close, self._gripper_kept = self._gripper_kept, None
+        self._wait_gripper()  # the last command has ended: collect its answer
         self._set_gripper(close)
         return True
 
@@ -254,7 +255,8 @@ class Arm(abc.ABC):
 
     @abc.abstractmethod
     def _set_gripper(self, close: bool) -> None:
-        """The backend's gripper command (see ``set_gripper``), sent when no other one runs."""
+        """The backend's gripper command (see ``set_gripper``), sent when no other one runs and the
+        last one's answer was collected (``_wait_gripper``)."""
 
     def _gripper_busy(self) -> bool:
         """Whether the gripper still runs a command, asked without waiting (a backend whose

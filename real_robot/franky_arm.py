@@ -254,7 +254,6 @@ class FrankyArm(Arm):
     def _set_gripper(self, close: bool) -> None:
         if self._gripper is None:
             return
-        self._wait_gripper()  # ended (Arm.set_gripper asked): collect its result
         speed = self.config.gripper_speed_m_per_s
         if close:
             # Any final width counts as a grasp: the policy decides, not an object-size guess.

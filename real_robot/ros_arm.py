@@ -559,7 +559,6 @@ class RosArm(Arm):
         if not clients:
             return
         ns = c.gripper_namespace.rstrip("/")
-        self._wait_gripper()  # ended (Arm.set_gripper asked): collect its answer
         width = 0.0 if close else 0.08
         if c.gripper == "franka_msgs":
             client = clients[f"{ns}/grasp" if close else f"{ns}/move"]
