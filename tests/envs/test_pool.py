@@ -71,7 +71,8 @@ def test_observations_come_through_shared_memory(pool):
 
 
 @pytest.mark.reliability(fault='an env raising a Python error in a worker', cases=1,
-                         outcome='refused: the error names the env; the pool keeps serving')
+                         outcome='refused: the error names the env; the pool keeps serving after a reset, '
+                                 'and stepping on before one is refused')
 def test_worker_exception_names_env_and_pool_survives(pool):
     env = ChunkVectorEnv(pool)
     env.reset(seed=0)
@@ -79,9 +80,17 @@ def test_worker_exception_names_env_and_pool_survives(pool):
     with pytest.raises(WorkerError, match="env worker 1 failed while stepping: ValueError: toy env failure") as e:
         env.step(np.zeros((N, 7), np.float32))
     assert e.value.env_index == 1
+    # the other workers stepped, their records did not: stepping on is refused until a reset
+    with pytest.raises(RuntimeError, match=r"env\(s\) \[0, 1, 2\] were not reset since a chunk step failed "
+                                           r"part way \(WorkerError: env worker 1 failed while stepping"):
+        env.chunk_step(np.zeros((N, 2, 7), np.float32))
+    env.reset(options={"reset_mask": np.array([True, True, False])})
+    with pytest.raises(RuntimeError, match=r"env\(s\) \[2\] were not reset since"):
+        env.step(np.zeros((N, 7), np.float32))
     env.reset(seed=0)
     out = env.chunk_step(np.zeros((N, 2, 7), np.float32))  # every worker still serves
     assert out.valid.all()
+    np.testing.assert_array_equal(out.obs["state"][:, 0], [2] * N)  # each simulator's step count, from the reset
 
 
 @pytest.mark.reliability(fault='a worker dying with no restart policy', cases=1,

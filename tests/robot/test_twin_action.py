@@ -94,3 +94,14 @@ def test_matches_maniskills_pd_ee_delta_pose_controller():
             assert rotation_angle(R_target.T @ (R_delta @ R_before)) < 1e-5
     finally:
         env.close()
+
+
+@pytest.mark.parametrize("bad", [[np.inf, -np.inf, 0, 0, 0, 0, 1], [0, 0, 0, np.inf, 0, 0, -1],
+                                 [0, 0, np.nan, 0, 0, 0, 1], [0, 0, 0, 0, 0, 0, -np.inf]])
+def test_a_non_finite_action_stays_non_finite_through_the_tracking_gain(bad):
+    """The policy node scales each action before the bridge's safety layer sees it: clipping an
+    infinite translation to 1 would turn a policy fault into a full step instead of a stop."""
+    from vla_envs.backends.franka.twin import twin_scaled_action
+
+    scaled = twin_scaled_action(np.array(bad))
+    np.testing.assert_array_equal(np.isfinite(scaled), np.isfinite(bad))

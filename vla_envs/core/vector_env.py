@@ -32,6 +32,10 @@ EPISODE_METRICS = ("success_once", "success_at_end", "return", "length")  # plus
 _EXHAUSTED = -2  # drawn id meaning "no initial state left" (enumerate_initial_states)
 
 
+def _first_line(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}".splitlines()[0]
+
+
 class ChunkStepResult(NamedTuple):
     """What ``chunk_step`` returns. Arrays are ``[N, C]`` except ``obs`` and ``info``."""
 
@@ -173,6 +177,9 @@ class ChunkVectorEnv(VectorEnv, gym.Env):
         self._instructions: list[str] = [""] * n
         self._live = np.zeros(n, bool)  # env has an episode running
         self._ever_reset = np.zeros(n, bool)
+        # envs whose records may disagree with their simulators: a chunk step failed part way
+        self._unsynced = np.zeros(n, bool)
+        self._unsynced_cause = ""
         self._elapsed = np.zeros(n, np.int64)
         self._return = np.zeros(n, np.float64)
         self._success_once = np.zeros(n, bool)
@@ -315,13 +322,20 @@ class ChunkVectorEnv(VectorEnv, gym.Env):
             return
         state_ids = self._draw_state_ids(env_ids, pinned)
         idle = state_ids == _EXHAUSTED  # enumeration done: these envs run no further episode
+        self._unsynced[env_ids[idle]] = False
         self._ever_reset[env_ids[idle]] = True
         self._live[env_ids[idle]] = False
         self._state_id[env_ids[idle]] = -1
         env_ids, state_ids = env_ids[~idle], state_ids[~idle]
         if env_ids.size == 0:
             return
-        obs, instructions = self.backend.reset(env_ids, state_ids)
+        try:
+            obs, instructions = self.backend.reset(env_ids, state_ids)
+        except BaseException as e:  # some of them may have been reset, their records not
+            self._unsynced[env_ids] = True
+            self._unsynced_cause = f"their reset failed ({_first_line(e)})"
+            raise
+        self._unsynced[env_ids] = False
         for key in self._array_keys:
             self._obs[key][env_ids] = obs[key]
         for i, text in zip(env_ids, instructions):
@@ -386,6 +400,22 @@ class ChunkVectorEnv(VectorEnv, gym.Env):
             raise RuntimeError(
                 f"env(s) {np.flatnonzero(~self._ever_reset).tolist()} were never reset; call reset() first"
             )
+        if self._unsynced.any():
+            raise RuntimeError(
+                f"env(s) {np.flatnonzero(self._unsynced).tolist()} were not reset since {self._unsynced_cause}: their "
+                f"simulators may have moved without being counted; call reset() first (or reset only them with "
+                f"options={{'reset_mask': mask}})"
+            )
+        try:
+            return self._step_chunk(actions)
+        except BaseException as e:
+            # the backend may have stepped some envs (a pool's other workers) whose records did not
+            # move, or ended episodes it did not reset: none of their records can be trusted now
+            self._unsynced[:] = True
+            self._unsynced_cause = f"a chunk step failed part way ({_first_line(e)})"
+            raise
+
+    def _step_chunk(self, actions: np.ndarray) -> ChunkStepResult:
         n, c = actions.shape[:2]
         rewards = np.zeros((n, c), np.float32)
         terminated = np.zeros((n, c), bool)

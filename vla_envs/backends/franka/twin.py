@@ -104,12 +104,17 @@ def twin_image(frame_rgb: np.ndarray, image_size: int | tuple[int, int],
 def twin_scaled_action(action: np.ndarray) -> np.ndarray:
     """The action whose full execution moves the real TCP as far as ``action`` moves the twin's in
     one step: the twin's clipping (translation per component, rotation by norm), then
-    ``TWIN_TRACKING_GAIN`` per base axis and on the rotation. The gripper is left as is.
+    ``TWIN_TRACKING_GAIN`` per base axis and on the rotation. The gripper is left as is, and so is
+    an action with a NaN or infinite value (the safety layer refuses it).
 
     Shapes:
         action: ``[7]``. Returns float32 ``[7]``.
     """
     a = np.asarray(action, np.float64).reshape(7).copy()
+    if not np.isfinite(a).all():
+        # left as it is: clipping would make an infinite translation a full step, which the safety
+        # layer must refuse (it stops the arm) instead of sending
+        return a.astype(np.float32)
     a[:3] = np.clip(a[:3], -1.0, 1.0) * TWIN_TRACKING_GAIN[:3]
     norm = float(np.linalg.norm(a[3:6]))
     if norm > 1.0:
