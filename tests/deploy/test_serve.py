@@ -3,6 +3,7 @@ wire format's refusals (oversized, malformed, pickled, a bad observation) and th
 
 from __future__ import annotations
 
+import json
 import pickle
 import socket
 import struct
@@ -141,6 +142,10 @@ def test_decode_refuses_arrays_that_do_not_match_their_bytes():
         decode(frame[4:-1])
     with pytest.raises(ProtocolError, match="dtype"):
         encode({"type": "act"}, {"x": np.zeros(2, object)})
+    for shape in ([2**40, 2**40], [10**30], [2**62, 4]):  # sizes an int64 product would wrap or overflow
+        header = json.dumps({"type": "act", "arrays": [{"name": "x", "dtype": "uint8", "shape": shape}]}).encode()
+        with pytest.raises(ProtocolError, match="'x' .* runs past the end of the message"):
+            decode(struct.pack(">I", len(header)) + header + b"\0" * 16)
 
 
 def test_a_missing_server_is_named():

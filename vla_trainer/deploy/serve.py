@@ -24,6 +24,7 @@ the frame could be read) and the connection is closed; the server keeps serving.
 from __future__ import annotations
 
 import json
+import math
 import socket
 import socketserver
 import struct
@@ -96,7 +97,7 @@ def decode(payload: bytes) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
             raise ProtocolError(f"array {name!r} has dtype {dtype!r}; allowed: {', '.join(ALLOWED_DTYPES)}")
         if any(d < 0 for d in shape) or len(shape) > 4:
             raise ProtocolError(f"array {name!r} has shape {list(shape)}; at most 4 non-negative dims")
-        size = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        size = math.prod(shape) * np.dtype(dtype).itemsize  # Python ints: a huge shape cannot wrap around
         if offset + size > len(payload):
             raise ProtocolError(f"array {name!r} ({size} bytes) runs past the end of the message")
         arrays[name] = np.frombuffer(payload, dtype=dtype, count=size // np.dtype(dtype).itemsize,
