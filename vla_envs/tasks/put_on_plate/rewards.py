@@ -87,5 +87,6 @@ def dense_reward(score: torch.Tensor, previous_score: torch.Tensor) -> torch.Ten
 def sparse_reward(success: torch.Tensor, ever_grasped: torch.Tensor) -> torch.Tensor:
     """Reward of a step in ``reward_mode="sparse"``, float ``[B]``: 1 while successful after a
     grasp (like the staged score's success term), else 0; nothing for the grasp itself. With
-    terminations on, an episode's return is 1 if it succeeded and 0 otherwise."""
+    terminations on, an episode's return is 1 if it succeeded after a grasp and 0 otherwise (an
+    object pushed onto the plate succeeds, and ends the episode, with return 0)."""
     return (success & ever_grasped).float()
