@@ -8,7 +8,10 @@ what the arm is sent never depends on where the arm's own motion generator belie
 
 Motion commands (``move_to_pose``, ``set_gripper``, ``move_to_joint_positions``) only run when they
 carry the permit of the ``SafetyLayer`` attached to the arm: code that holds a bare ``Arm`` can read
-it and stop it, never move it. ``stop`` and ``recover`` need no permit. An arm once given to a
+it and stop it, never move it. ``stop`` and ``recover`` need no permit. A motion is started under a
+lock ``stop`` also takes, with the caller's last check for a stop inside it: a stop either comes
+before that check (nothing is sent) or after the motion has started (the stop ends it), never in
+between. An arm once given to a
 dry-run layer sends no stop either (a ROS arm's stop publishes a target), also after that layer
 closed, until a layer that moves it is attached.
 """
@@ -16,9 +19,10 @@ closed, until a layer that moves it is attached.
 from __future__ import annotations
 
 import abc
+import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from real_robot.errors import SafetyBypassError
 from real_robot.lifecycle import requires_connection
@@ -75,6 +79,7 @@ class Arm(abc.ABC):
         self._safety_permit: object | None = None
         self._dry_run = False
         self._gripper_kept: bool | None = None  # a gripper command waiting for the running one to end
+        self._motion_gate = threading.Lock()  # held while a motion starts, and by stop()
 
     # ----- features: known without hardware ------------------------------------------------
     @property
@@ -141,7 +146,8 @@ class Arm(abc.ABC):
         for an arm last given to a dry-run ``SafetyLayer`` (it is read, never commanded)."""
         if self._dry_run:
             return
-        self._stop()
+        with self._motion_gate:  # a motion that is starting has started when this stop ends it
+            self._stop()
 
     @abc.abstractmethod
     def _stop(self) -> None:
@@ -174,19 +180,33 @@ class Arm(abc.ABC):
                                     f"SafetyLayer; move the arm through SafetyLayer(arm, limits).send_action()")
 
     @requires_connection
-    def move_to_pose(self, T_base_from_tcp: Any, *, permit: object | None = None) -> None:
+    def move_to_pose(self, T_base_from_tcp: Any, *, permit: object | None = None,
+                     preempted: Callable[[], bool] | None = None) -> bool:
         """Move the TCP to an absolute pose (a straight Cartesian motion).
 
         Args:
             T_base_from_tcp: ``[4, 4]`` the target TCP pose in the base frame.
             permit: the attached ``SafetyLayer``'s permit.
+            preempted: asked right before the motion starts, where no ``stop()`` can come in between:
+                True (a stop since the caller decided) sends nothing.
+
+        Returns:
+            Whether the motion was started.
 
         Raises:
             SafetyBypassError: no or a foreign permit.
             MotionError: the robot aborted the motion.
         """
         self._check_permit(permit, "move_to_pose")
-        self._move_to_pose(T_base_from_tcp)
+        return self._gated(lambda: self._start_move_to_pose(T_base_from_tcp), preempted)
+
+    def _gated(self, start: Callable[[], None], preempted: Callable[[], bool] | None) -> bool:
+        with self._motion_gate:
+            if preempted is not None and preempted():
+                return False
+            start()
+        self._finish_motion()  # waiting, if the backend waits, outside the gate: a stop can end it
+        return True
 
     @requires_connection
     def set_gripper(self, close: bool, *, permit: object | None = None, wait_for_running: bool = False) -> bool:
@@ -230,6 +250,11 @@ class Arm(abc.ABC):
         self._check_permit(permit, "update_gripper")
         return self._send_kept_gripper()
 
+    @property
+    def gripper_command_kept(self) -> bool:
+        """Whether a gripper command ``set_gripper`` kept still waits for the running one to end."""
+        return self._gripper_kept is not None
+
     def _send_kept_gripper(self) -> bool:
         if self._gripper_kept is None or self._gripper_busy():
             return False
@@ -239,19 +264,32 @@ class Arm(abc.ABC):
         return True
 
     @requires_connection
-    def move_to_joint_positions(self, joint_positions_rad: Any, *, permit: object | None = None) -> None:
-        """Move in joint space to ``joint_positions_rad`` ``[7]`` (homing).
+    def move_to_joint_positions(self, joint_positions_rad: Any, *, permit: object | None = None,
+                                preempted: Callable[[], bool] | None = None) -> bool:
+        """Move in joint space to ``joint_positions_rad`` ``[7]`` (homing) and wait until there.
+
+        Args:
+            preempted: as ``move_to_pose``'s.
+
+        Returns:
+            Whether the motion was started.
 
         Raises:
             SafetyBypassError: no or a foreign permit.
             MotionError: the robot aborted the motion.
         """
         self._check_permit(permit, "move_to_joint_positions")
-        self._move_to_joint_positions(joint_positions_rad)
+        return self._gated(lambda: self._start_move_to_joint_positions(joint_positions_rad), preempted)
 
     @abc.abstractmethod
-    def _move_to_pose(self, T_base_from_tcp: Any) -> None:
-        """The backend's Cartesian motion (see ``move_to_pose``)."""
+    def _start_move_to_pose(self, T_base_from_tcp: Any) -> None:
+        """Start the backend's Cartesian motion (see ``move_to_pose``); return once a ``_stop`` would
+        end it. ``_finish_motion`` then waits for it where the backend's config says so."""
+
+    @abc.abstractmethod
+    def _finish_motion(self) -> None:
+        """Wait for the motion just started, where it is waited for (always for a joint move);
+        raises ``MotionError`` when the robot aborted it."""
 
     @abc.abstractmethod
     def _set_gripper(self, close: bool) -> None:
@@ -267,8 +305,8 @@ class Arm(abc.ABC):
         """Wait for the running gripper command to end (see ``_gripper_busy``)."""
 
     @abc.abstractmethod
-    def _move_to_joint_positions(self, joint_positions_rad: Any) -> None:
-        """The backend's joint move (see ``move_to_joint_positions``)."""
+    def _start_move_to_joint_positions(self, joint_positions_rad: Any) -> None:
+        """Start the backend's joint move (see ``move_to_joint_positions``, ``_start_move_to_pose``)."""
 
 
 def now_s() -> float:

@@ -12,11 +12,12 @@ the measured pose could end outside the workspace box.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 from real_robot.arm import NUM_JOINTS, Arm, ArmObservation, now_s
 from real_robot.errors import MotionError, RealRobotError, RealtimeKernelError, RobotUnreachableError, require_module
@@ -91,6 +92,7 @@ class FrankyArm(Arm):
         self._robot: Any = None
         self._gripper: Any = None
         self._gripper_future: Any = None
+        self._waiting_for: str | None = None  # the motion _finish_motion waits for
 
     def __repr__(self) -> str:
         return f"FrankyArm({self.config.robot_ip})"
@@ -196,12 +198,13 @@ class FrankyArm(Arm):
         return bool(self._robot.recover_from_errors()) and not bool(self._robot.has_errors)
 
     # ----- motion hooks (reached only through Arm's permit check) ---------------------------------
-    def _move_to_pose(self, T_base_from_tcp: Any) -> None:
+    def _start_move_to_pose(self, T_base_from_tcp: Any) -> None:
         import numpy as np
 
         from real_robot.transforms import matrix_to_quaternion_wxyz, rotation_angle
 
         franky = import_franky()
+        self._waiting_for = None
         target = np.asarray(T_base_from_tcp, dtype=np.float64).reshape(4, 4)
         desired = np.asarray(self._robot.current_cartesian_state.pose.end_effector_pose.matrix)
         if (np.linalg.norm(target[:3, 3] - desired[:3, 3]) < MIN_STEP_M
@@ -210,20 +213,36 @@ class FrankyArm(Arm):
         w, x, y, z = matrix_to_quaternion_wxyz(target[:3, :3])
         motion = franky.CartesianMotion(franky.Affine(target[:3, 3], np.array([x, y, z, w])),
                                         franky.ReferenceType.Absolute)
-        self._move(motion, "the Cartesian motion")
+        self._start(motion, "the Cartesian motion", wait=self.config.wait_for_motion)
 
-    def _move_to_joint_positions(self, joint_positions_rad: Any) -> None:
+    def _start_move_to_joint_positions(self, joint_positions_rad: Any) -> None:
         import numpy as np
 
         franky = import_franky()
         target = np.asarray(joint_positions_rad, dtype=np.float64).reshape(NUM_JOINTS)
-        self._move(franky.JointMotion(target), "the joint move", wait=True)
+        self._start(franky.JointMotion(target), "the joint move", wait=True)
 
-    def _move(self, motion: Any, what: str, wait: bool | None = None) -> None:
+    def _start(self, motion: Any, what: str, wait: bool) -> None:
+        # always asynchronously, so that the start returns and a stop can end the motion (a
+        # synchronous move is this and join_motion in one call)
+        self._waiting_for = None
+        with self._franky_errors(what):
+            self._robot.move(motion, asynchronous=True)
+        self._waiting_for = what if wait else None
+
+    def _finish_motion(self) -> None:
+        what, self._waiting_for = self._waiting_for, None
+        if what is None:
+            return
+        with self._franky_errors(what):
+            self._robot.join_motion()
+        self._wait_until_settled()
+
+    @contextlib.contextmanager
+    def _franky_errors(self, what: str) -> Iterator[None]:
         franky = import_franky()
-        wait = self.config.wait_for_motion if wait is None else wait
         try:
-            self._robot.move(motion, asynchronous=not wait)
+            yield
         except franky.ControlException as e:
             raise MotionError(f"{self} aborted {what}: {e}; call recover() before the next motion") from e
         except (franky.CommandException, franky.ProtocolException) as e:
@@ -235,8 +254,6 @@ class FrankyArm(Arm):
             raise RobotUnreachableError(f"{self} lost its connection during {what}: {e}") from e
         except RuntimeError as e:  # franky's trajectory planner (ruckig) refusing the motion
             raise MotionError(f"{self} could not plan {what}: {e}") from e
-        if wait:
-            self._wait_until_settled()
 
     def _wait_until_settled(self) -> None:
         import numpy as np

@@ -36,7 +36,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from real_robot.arm import NUM_JOINTS, Arm, ArmObservation, now_s
 from real_robot.errors import MotionError, RealRobotError, RobotUnreachableError, require_module
@@ -214,6 +214,7 @@ class RosArm(Arm):
         self._gripper_call: dict[str, Any] = {}  # server name -> action or service client, once connected
         self._gripper_future: Any = None
         self._gripper_closing = False  # what the command in _gripper_future asked for
+        self._motion: Callable[[], None] | None = None  # waits for the motion just started (_finish_motion)
         self._warned_settle = False  # one warning for steps that time out; the rest at debug level
 
     def __repr__(self) -> str:
@@ -494,18 +495,28 @@ class RosArm(Arm):
         msg.pose.orientation.y, msg.pose.orientation.z = float(y), float(z)
         self._target_pub.publish(msg)
 
-    def _move_to_pose(self, T_base_from_tcp: Any) -> None:
+    def _start_move_to_pose(self, T_base_from_tcp: Any) -> None:
         import numpy as np
 
+        self._motion = None
         target = np.asarray(T_base_from_tcp, dtype=np.float64).reshape(4, 4)
         if not self.config.wait_for_motion:
             self._publish_target(target)
             return
         # where the TCP was before the target went out: read after it, a busy process may already see the
         # motion done, and a step that then "never came nearer" would wait settle_timeout_s out
-        T = previous = self.observation().T_base_from_tcp
-        start_distance = _pose_distance(T, target)
+        start = self.observation().T_base_from_tcp
         self._publish_target(target)
+        self._motion = lambda: self._settle_at_pose(target, start)
+
+    def _finish_motion(self) -> None:
+        settle, self._motion = self._motion, None
+        if settle is not None:
+            settle()
+
+    def _settle_at_pose(self, target: Any, start: Any) -> None:
+        T = previous = start
+        start_distance = _pose_distance(T, target)
         deadline_s = time.monotonic() + self.config.settle_timeout_s
         while time.monotonic() < deadline_s:
             time.sleep(AT_REST_INTERVAL_S)
@@ -524,10 +535,11 @@ class RosArm(Arm):
                    self.config.settle_timeout_s)
         self._warned_settle = True
 
-    def _move_to_joint_positions(self, joint_positions_rad: Any) -> None:
+    def _start_move_to_joint_positions(self, joint_positions_rad: Any) -> None:
         import numpy as np
         from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
+        self._motion = None
         if self._trajectory_pub is None:
             raise MotionError(f"{self} has no joint_trajectory_topic: home the arm with the robot stack's own tools, or "
                               f"set joint_trajectory_topic to a joint trajectory controller's topic")
@@ -541,6 +553,11 @@ class RosArm(Arm):
         point.time_from_start.nanosec = int((duration_s % 1) * 1e9)
         msg.points = [point]
         self._trajectory_pub.publish(msg)
+        self._motion = lambda: self._settle_at_joints(target, duration_s)
+
+    def _settle_at_joints(self, target: Any, duration_s: float) -> None:
+        import numpy as np
+
         deadline_s = time.monotonic() + duration_s + 5.0
         previous = self.observation().joint_positions_rad
         while time.monotonic() < deadline_s:

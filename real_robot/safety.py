@@ -50,6 +50,13 @@ ZERO_STEP_RAD = 1e-5
 """A step smaller than both is no motion: the layer sends no target (the gripper still changes)."""
 
 FRANKA_HOME_JOINT_POSITIONS_RAD = (0.0, -math.pi / 4, 0.0, -3 * math.pi / 4, 0.0, math.pi / 2, math.pi / 4)
+FRANKA_JOINT_LIMITS_RAD = ((-2.8973, -1.7837, -2.9007, -3.0718, -2.8973, -0.0175, -3.0159),
+                           (2.8973, 1.7837, 2.9007, -0.0698, 2.8973, 4.5169, 3.0159))
+"""``(lower, upper)`` joint positions a Panda or an FR3 allows (the wider of the two per joint; the
+robot enforces its own): a home outside them was written in degrees or for another arm."""
+FRANKA_REACH_M = 0.855
+"""How far from its base a Franka's TCP reaches; a workspace corner far beyond it was written in
+millimetres or in another frame."""
 
 
 @dataclass(kw_only=True)
@@ -94,6 +101,11 @@ class SafetyLimits:
     def __post_init__(self) -> None:
         self.workspace_min_m = _floats("workspace_min_m", self.workspace_min_m, 3)
         self.workspace_max_m = _floats("workspace_max_m", self.workspace_max_m, 3)
+        for name in ("workspace_min_m", "workspace_max_m"):
+            if max(abs(v) for v in getattr(self, name)) > FRANKA_REACH_M + 0.3:
+                raise ValueError(f"{name}={getattr(self, name)}: metres in the robot base frame, each within "
+                                 f"{FRANKA_REACH_M + 0.3:g} m of the base (a Franka reaches {FRANKA_REACH_M} m); "
+                                 "millimetres, or another frame?")
         for axis, lo, hi in zip("xyz", self.workspace_min_m, self.workspace_max_m):
             if not lo < hi:
                 raise ValueError(f"workspace_min_m/workspace_max_m: the {axis} range [{lo}, {hi}] is empty; "
@@ -121,6 +133,12 @@ class SafetyLimits:
         if not isinstance(self.dry_run, bool):
             raise ValueError(f"dry_run={self.dry_run!r}: true or false")
         self.home_joint_positions_rad = _floats("home_joint_positions_rad", self.home_joint_positions_rad, 7)
+        lower, upper = FRANKA_JOINT_LIMITS_RAD
+        outside = [i + 1 for i, (lo, v, hi) in enumerate(zip(lower, self.home_joint_positions_rad, upper))
+                   if not lo <= v <= hi]
+        if outside:
+            raise ValueError(f"home_joint_positions_rad={self.home_joint_positions_rad}: joint(s) {outside} outside a "
+                             f"Franka's limits (radians; lower {lower}, upper {upper}); degrees?")
 
     @property
     def target_box_m(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
@@ -538,16 +556,22 @@ class SafetyLayer:
                     # a zero step holds the arm where it is going: the measured pose trails franky's desired one,
                     # and sending it as a target would creep (franky-sim: 0.02 deg per hold)
                     if np.linalg.norm(translation) >= ZERO_STEP_M or np.linalg.norm(rotvec) >= ZERO_STEP_RAD:
-                        try:
-                            self.arm.move_to_pose(T_target, permit=self._permit)
+                        try:  # a stop from here on either keeps the motion from starting or ends it
+                            started = self.arm.move_to_pose(T_target, permit=self._permit,
+                                                            preempted=lambda: self._stops != stops)
                         except MotionError:
                             if self._stops == stops:
                                 raise  # franky reports a stop's cut as "Move command preempted"; that is ours
-                        self._stepped_s = time.monotonic()
-                        if self._stops != stops:  # a stop cut the move (or came just before it began)
-                            self.arm.stop()
+                            started = True
+                        if started:
+                            self._stepped_s = time.monotonic()
+                        if self._stops != stops:  # a stop cut the move, or came before it began
                             kept = bool(self._gripper_closed)  # the gripper command was not sent
+                            if not started:
+                                translation, R_delta, rotvec = np.zeros(3), np.eye(3), np.zeros(3)
                             return replace(sent, action=step_to_action(translation, R_delta, kept),
+                                           translation_m=translation, rotation_rotvec_rad=rotvec,
+                                           T_base_from_tcp_target=T_target if started else obs.T_base_from_tcp,
                                            gripper_close=kept, gripper_changed=False, preempted=True)
                     if gripper_changed:  # kept by the arm while its gripper ends the previous command
                         self.arm.set_gripper(close, permit=self._permit)
@@ -574,8 +598,9 @@ class SafetyLayer:
                 logger.info("dry run: would move home to %s", self.limits.home_joint_positions_rad)
                 return
             stops = self._stops
-            self.arm.move_to_joint_positions(self.limits.home_joint_positions_rad, permit=self._permit)
-            if self._stops != stops:  # franky ends a stopped move without an error
+            self.arm.move_to_joint_positions(self.limits.home_joint_positions_rad, permit=self._permit,
+                                             preempted=lambda: self._stops != stops)
+            if self._stops != stops:  # franky ends a stopped move without an error; or it never began
                 raise MotionError(f"{self.arm}: a stop cut the move home short; the arm holds where it stopped")
 
     def open_gripper(self) -> None:
@@ -585,8 +610,8 @@ class SafetyLayer:
         self._check_open()
         with self._command_lock:
             self._watchdog.disarm()
-            if self._gripper_closed is False:
-                return
+            if self._gripper_closed is False and not self.arm.gripper_command_kept:
+                return  # open, or opening (a kept open is the command to send now)
             wait_s = self._gripper_changed_s + self.limits.gripper_min_interval_s - time.monotonic()
             if self.limits.dry_run:
                 logger.info("dry run: would open the gripper")

@@ -120,6 +120,21 @@ def test_a_gripper_command_while_the_fingers_move_is_kept_and_the_steps_go_on(la
         assert _width_m(layer) > 0.075, "the kept open was never sent"
 
 
+def test_an_episodes_first_open_sends_the_open_kept_while_the_fingers_closed(layer_factory):
+    """An open the policy sent while the gripper still closed is kept; the layer records the gripper
+    as open. The next episode's ``open_gripper`` must send it, not take the record's word."""
+    with layer_factory({"wait_for_motion": False}, gripper_min_interval_s=0.0) as layer:
+        layer.open_gripper()
+        assert _wait_for_width(layer, lambda w: w > 0.0795) > 0.0795
+        time.sleep(0.3)
+        layer.send_action([0, 0, 0, 0, 0, 0, 1.0])  # close: sent
+        layer.send_action([0, 0, 0, 0, 0, 0, -1.0])  # open: kept while the fingers close
+        assert layer.arm.gripper_command_kept
+        layer.open_gripper()  # the next episode's start; no step in between
+        assert not layer.arm.gripper_command_kept
+        assert _wait_for_width(layer, lambda w: w > 0.075) > 0.075, "the episode started with the fingers closed"
+
+
 def test_motion_commands_without_the_safety_layer_are_refused(homed_layer):
     arm = homed_layer.arm
     before = arm.observation().tcp_position_m
@@ -161,6 +176,39 @@ def test_stop_aborts_a_running_step_and_recover_makes_the_arm_usable(layer_facto
         assert layer.recover() is True
         layer.send_action([0, 0.2, 0, 0, 0, 0, -1])
         np.testing.assert_allclose(layer.observation().tcp_position_m - stopped, [0, 0.02, 0], atol=0.002)
+
+
+def _stop_at_the_arms_permit_check(layer) -> None:
+    """The next motion command's permit check (after the layer looked for a stop, before the motion
+    starts) stops the layer first: a stop from another thread arriving at that instant."""
+    arm, check = layer.arm, layer.arm._check_permit
+
+    def stop_then_check(permit, command):
+        del arm._check_permit  # once
+        layer.stop()
+        check(permit, command)
+
+    arm._check_permit = stop_then_check
+
+
+def test_a_stop_between_the_layers_check_and_the_motions_start_sends_nothing(layer_factory, settled):
+    """The layer's last look for a stop and the motion's start happen under the arm's gate, which a stop
+    also takes: a stop arriving in between keeps the step (and the move home) from starting at all."""
+    with layer_factory({}) as layer:
+        start = settled(layer)
+        _stop_at_the_arms_permit_check(layer)
+        sent = layer.send_action([0.2, 0, 0, 0, 0, 0, -1])
+        assert sent.preempted and not sent.translation_m.any() and not sent.gripper_changed
+        time.sleep(0.5)
+        assert np.linalg.norm(settled(layer) - start) < 0.001, "the step ran after the stop"
+        layer.send_action([0.2, 0, 0, 0, 0, 0, -1])  # the next action moves again
+        moved = settled(layer)
+        np.testing.assert_allclose(moved - start, [0.02, 0, 0], atol=0.002)
+        _stop_at_the_arms_permit_check(layer)
+        with pytest.raises(MotionError, match="a stop cut the move home short"):
+            layer.home()
+        time.sleep(0.5)
+        assert np.linalg.norm(settled(layer) - moved) < 0.001, "the arm went home after the stop"
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds the server's UDP port in /proc")

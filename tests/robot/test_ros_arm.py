@@ -303,6 +303,27 @@ def test_a_dry_run_publishes_no_target_stops_and_disconnect_included():
         assert targets and np.allclose(targets[0][1], (0.5, 0.0, 0.3))
 
 
+def test_a_stop_while_a_step_reads_the_arm_sends_only_the_hold():
+    """A waited-for step reads the TCP before it publishes its target (0.25 s on a stale stream): a stop
+    coming then (here: at the arm's permit check, after the layer looked for one) publishes the
+    measured pose to hold, and the step's target never follows it."""
+    domain = (DOMAIN_ID + 5) % 233
+    config = ros_arm_config(domain_id=domain, gripper="none", error_recovery_action="", settle_timeout_s=0.5)
+    with scripted_stack(domain, lambda _: ((0.5, 0.0, 0.3), POINTING_DOWN)) as targets:
+        with RosArm(config) as arm, SafetyLayer(arm, LIMITS) as layer:
+            check = arm._check_permit
+
+            def stop_then_check(permit, command):
+                del arm._check_permit
+                layer.stop()
+                check(permit, command)
+
+            arm._check_permit = stop_then_check
+            assert layer.send_action(np.array([0, 0, 0.5, 0, 0, 0, -1.0])).preempted
+            time.sleep(0.3)
+            assert [t[1] for t in targets] == [pytest.approx((0.5, 0.0, 0.3))], "the step's target followed the stop"
+
+
 def test_no_stack_is_named_with_its_topics():
     config = ros_arm_config(domain_id=(DOMAIN_ID + 1) % 233, connect_timeout_s=1.0)
     started = time.monotonic()

@@ -57,6 +57,12 @@ def test_defaults_are_conservative_and_contain_the_home_pose():
     ("workspace_margin_m", -0.001, r"workspace_margin_m=-0.001: metres in \[0, 0.21\) \(half the box's narrowest"),
     ("workspace_margin_m", 0.21, r"workspace_margin_m=0.21: metres in \[0, 0.21\)"),  # no box left for targets
     ("workspace_margin_m", True, "workspace_margin_m=True"),
+    # units: millimetres or degrees would switch the box off or send the arm far from any home
+    ("workspace_min_m", (280.0, -300.0, 100.0), r"workspace_min_m=\(280.0, -300.0, 100.0\): metres in the robot "
+                                                r"base frame, each within 1.155 m of the base .*millimetres"),
+    ("workspace_max_m", (5.0, 5.0, 5.0), r"workspace_max_m=.*within 1.155 m"),
+    ("home_joint_positions_rad", (0, -45, 0, -135, 0, 90, 45), r"joint\(s\) \[2, 4, 6, 7\] outside a Franka's "
+                                                              r"limits \(radians.*degrees\?"),
 ])
 def test_limits_refuse_bad_values_naming_the_field(field, value, message):
     with pytest.raises(ValueError, match=message):
