@@ -85,6 +85,15 @@ def test_bad_actions_leave_the_pool_usable(env):
     assert out.valid.all()
 
 
+def test_a_maniskill_task_without_privileged_state_says_so_on_each_backend(env):
+    """PickCube has no expert_state: the pool answers NotImplementedError as the batched backend does,
+    not a worker's AttributeError, and the workers serve on."""
+    with pytest.raises(NotImplementedError, match="has no privileged expert state"):
+        env.expert_state()
+    env.reset(seed=0)
+    assert env.chunk_step(np.zeros((N, 1, 7), np.float32)).valid.all()
+
+
 def test_single_env_passes_gymnasium_env_checker():
     from gymnasium.utils.env_checker import check_env
 

@@ -74,9 +74,10 @@ class SerialBackend(BatchedBackend):
 
     def expert_state(self) -> dict[str, np.ndarray]:
         """Every env's ``TaskEnv.expert_state()``, stacked ``[N, ...]``."""
-        if not hasattr(self.envs[0], "expert_state"):
+        states = [env.expert_state() if hasattr(env, "expert_state") else None for env in self.envs]
+        if any(state is None for state in states):  # the task has no privileged state
             return super().expert_state()
-        return stack_env_states([env.expert_state() for env in self.envs])
+        return stack_env_states(states)
 
     def close(self) -> None:
         for env in self.envs:

@@ -72,9 +72,13 @@ class ManiSkillTaskEnv(TaskEnv):
         return (self._obs(raw), float(to_numpy(reward).reshape(-1)[0]),
                 bool(to_numpy(terminated).reshape(-1)[0]), False, {"success": success, **progress})
 
-    def expert_state(self) -> dict[str, np.ndarray]:
-        """The task's privileged state for scripted experts (row 0 of its batch of one)."""
-        return {k: v[0] for k, v in self._env.unwrapped.expert_state().items()}
+    def expert_state(self) -> dict[str, np.ndarray] | None:
+        """The task's privileged state for scripted experts (row 0 of its batch of one); None for a
+        task without one (ManiSkill's own tasks), which the backends report as NotImplementedError."""
+        unwrapped = self._env.unwrapped
+        if not hasattr(unwrapped, "expert_state"):
+            return None
+        return {k: v[0] for k, v in unwrapped.expert_state().items()}
 
     def close(self) -> None:
         self._env.close()
