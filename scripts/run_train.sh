@@ -15,7 +15,7 @@
 #      evaluating on held-out initial states every 10 or 20 iterations; writes the success curve
 #   4. vla-eval of the warm start and of the RL policy on the same 128 held-out episodes (initial states drawn
 #      from the held-out set by one seed, so some repeat; checked to be the same for both), with the change
-#      of each metric and a Fisher exact test of the success counts
+#      of each metric, a Fisher exact test of the success counts and the paired (McNemar) test state by state
 # Everything lands in runs/main/ (grpo/ or ppo/ with metrics.jsonl, tensorboard/, checkpoints/,
 # success_curve.png; eval_warm_start/ and eval_grpo/ or eval_ppo/; warm_start/ when trained here). RL
 # resumes from its latest checkpoint, so an interrupted run continues.

@@ -129,6 +129,35 @@ def test_comparison_to_a_baseline_tests_the_success_counts():
         compare_to_baseline(row(6), row(6, env_id="PutCarrotOnPlateInScene-v1"))
 
 
+def test_two_evaluations_of_the_same_states_are_also_compared_state_by_state():
+    """Fisher's test treats the two evaluations as independent samples; on the same initial states
+    the paired (McNemar) test counts only the states whose outcome changed."""
+    from vla_trainer.rl.evaluation import compare_to_baseline, paired_success_test
+
+    def row(successes, states):
+        n = len(states)
+        return {"env_id": "PutOnPlateInScene25Main-v3", "num_episodes": n, "success_once": sum(successes) / n,
+                "success_at_end": 0.0, "return": 0.0,
+                "episodes": {"state_id": list(states), "success_once": list(successes)}}
+
+    states = [5, 3, 9, 7, 1, 2, 8, 4, 6, 0, 11, 12]
+    before = [True, True] + [False] * 10  # the states 5 and 3
+    after = [True, False] + [True] * 9 + [False]  # keeps 5, loses 3, wins nine
+    assert paired_success_test(row(before, states)["episodes"], row(after, states)["episodes"]) == pytest.approx(
+        (1, 9, 22 / 1024))  # two-sided binomial: 2 * P(X <= 1) = 2 * (1 + 10) / 2**10
+    # the order episodes ended in does not matter, only which state each ran
+    shuffled = row(after[::-1], states[::-1])
+    lines = compare_to_baseline(row(before, states), shuffled)
+    paired = next(line for line in lines if "state by state" in line)
+    assert paired.startswith("success_once, state by state: 9 initial states won, 1 lost") and "p = 0.021" in paired
+    # a state run twice is paired run by run; other states: no paired test
+    assert paired_success_test({"state_id": [4, 4], "success_once": [True, False]},
+                               {"state_id": [4, 4], "success_once": [True, True]}) == (0, 1, 1.0)
+    assert paired_success_test(row(before, states)["episodes"], row(after, [s + 1 for s in states])["episodes"]) is None
+    assert not any("state by state" in line for line in compare_to_baseline(row(before, states),
+                                                                            row(after, [s + 1 for s in states])))
+
+
 def test_a_comparison_says_whether_both_ran_with_the_same_settings():
     from vla_trainer.rl.evaluation import same_settings
 

@@ -162,7 +162,9 @@ def compare_to_baseline(baseline: dict, row: dict, names: tuple[str, str] = ("ba
     """Lines comparing one task's evaluation ``row`` with a ``baseline`` row of the same task
     (both as ``vla-eval`` writes them to ``eval.json``): each metric both rows hold, its change,
     for ``success_once`` the 95 % intervals and a two-sided Fisher exact test of the counts
-    (are the two success rates the same?), whether both ran the same initial states (from
+    (are the two success rates the same?), where both ran the same initial states the paired test
+    of the states one succeeded on and the other not (``paired_success_test``), whether both ran
+    the same initial states (from
     the rows' ``episodes``; an evaluation's states depend on its seed and its number of envs), and
     whether with the same settings (``SETTINGS``).
 
@@ -187,9 +189,40 @@ def compare_to_baseline(baseline: dict, row: dict, names: tuple[str, str] = ("ba
           ((names[0], k_a, n_a), (names[1], k_b, n_b))}
     lines.append(f"success_once: {k_a} of {n_a} -> {k_b} of {n_b} episodes (95 % intervals {ci[names[0]]} % and "
                  f"{ci[names[1]]} %; Fisher's exact test, two-sided: p = {p:.3f})")
+    paired = paired_success_test(baseline.get("episodes"), row.get("episodes"))
+    if paired is not None:
+        lost, gained, p_paired = paired
+        lines.append(f"success_once, state by state: {gained} initial states won, {lost} lost (exact McNemar test of "
+                     f"those {gained + lost}, two-sided: p = {p_paired:.3f}; the paired test, for two evaluations of "
+                     f"the same initial states)")
     lines.append(same_initial_states(baseline.get("episodes"), row.get("episodes"), names))
     lines.append(same_settings(baseline, row, names))
     return lines
+
+
+def paired_success_test(a: dict | None, b: dict | None) -> tuple[int, int, float] | None:
+    """``(lost, gained, p)`` of two evaluations' ``episodes`` that ran the same initial states: the
+    states ``a`` succeeded on and ``b`` did not, the reverse, and the two-sided exact McNemar test of
+    them (a binomial test of ``gained`` among ``lost + gained`` at one half; the states both
+    succeeded or both failed on carry no evidence of a change). None when the states differ or
+    were not recorded with their outcomes. A state run more than once is paired run by run, in order.
+    """
+    from scipy.stats import binomtest
+
+    if not a or not b or "success_once" not in a or "success_once" not in b:
+        return None
+    if sorted(a["state_id"]) != sorted(b["state_id"]):
+        return None
+    runs: dict[int, list] = {}
+    for state, success in zip(a["state_id"], a["success_once"]):
+        runs.setdefault(state, []).append(bool(success))
+    lost = gained = 0
+    for state, success in zip(b["state_id"], b["success_once"]):
+        before = runs[state].pop(0)
+        lost += before and not success
+        gained += success and not before
+    p = binomtest(gained, lost + gained, 0.5).pvalue if lost + gained else 1.0
+    return int(lost), int(gained), float(p)
 
 
 SETTINGS = ("env_kwargs", "asset_pack", "terminate", "max_episode_steps", "expert_start_phase")
