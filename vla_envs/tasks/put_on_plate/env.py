@@ -439,9 +439,6 @@ class PutOnPlateInScene25Env(BaseEnv):
     def compute_sparse_reward(self, obs: Any, action: torch.Tensor, info: dict) -> torch.Tensor:
         return rewards.sparse_reward(info["success"].cpu(), self.ever_grasped).to(self.device)
 
-    def compute_normalized_dense_reward(self, obs: Any, action: torch.Tensor, info: dict) -> torch.Tensor:
-        return self.compute_dense_reward(obs, action, info) / (rewards.MAX_STAGED_SCORE + 2 * self.reward_shaping)
-
     def _get_obs_extra(self, info: dict) -> dict:
         return {"tcp_pose": self.agent.tcp.pose.raw_pose}
 
