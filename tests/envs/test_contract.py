@@ -247,7 +247,7 @@ def test_a_true_or_false_option_given_anything_else_is_refused(option, value):
 
 def test_misuse_errors():
     env = make()
-    with pytest.raises(RuntimeError, match="reset"):
+    with pytest.raises(RuntimeError, match=r"env\(s\) \[0, 1, 2, 3\] were never reset; call reset\(\) first"):
         env.step(np.zeros((N, 7)))
     with pytest.raises(ValueError, match="allowed"):
         env.reset(options={"env_ids": [0]})

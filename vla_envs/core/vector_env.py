@@ -176,10 +176,10 @@ class ChunkVectorEnv(VectorEnv, gym.Env):
         }
         self._instructions: list[str] = [""] * n
         self._live = np.zeros(n, bool)  # env has an episode running
-        self._ever_reset = np.zeros(n, bool)
-        # envs whose records may disagree with their simulators: a chunk step failed part way
-        self._unsynced = np.zeros(n, bool)
-        self._unsynced_cause = ""
+        # envs that must be reset before the next step, and why: never reset yet, or their records
+        # may disagree with their simulators (a chunk step or a reset failed part way)
+        self._needs_reset = np.ones(n, bool)
+        self._needs_reset_why = "were never reset"
         self._elapsed = np.zeros(n, np.int64)
         self._return = np.zeros(n, np.float64)
         self._success_once = np.zeros(n, bool)
@@ -322,8 +322,7 @@ class ChunkVectorEnv(VectorEnv, gym.Env):
             return
         state_ids = self._draw_state_ids(env_ids, pinned)
         idle = state_ids == _EXHAUSTED  # enumeration done: these envs run no further episode
-        self._unsynced[env_ids[idle]] = False
-        self._ever_reset[env_ids[idle]] = True
+        self._needs_reset[env_ids[idle]] = False
         self._live[env_ids[idle]] = False
         self._state_id[env_ids[idle]] = -1
         env_ids, state_ids = env_ids[~idle], state_ids[~idle]
@@ -332,17 +331,17 @@ class ChunkVectorEnv(VectorEnv, gym.Env):
         try:
             obs, instructions = self.backend.reset(env_ids, state_ids)
         except BaseException as e:  # some of them may have been reset, their records not
-            self._unsynced[env_ids] = True
-            self._unsynced_cause = f"their reset failed ({_first_line(e)})"
+            self._needs_reset[env_ids] = True
+            self._needs_reset_why = (f"were not reset since their reset failed ({_first_line(e)}): their simulators "
+                                     "may have moved without being counted")
             raise
-        self._unsynced[env_ids] = False
+        self._needs_reset[env_ids] = False
         for key in self._array_keys:
             self._obs[key][env_ids] = obs[key]
         for i, text in zip(env_ids, instructions):
             self._instructions[i] = text
         self._state_id[env_ids] = state_ids
         self._live[env_ids] = True
-        self._ever_reset[env_ids] = True
         self._elapsed[env_ids] = 0
         self._return[env_ids] = 0.0
         self._success_once[env_ids] = False
@@ -396,23 +395,19 @@ class ChunkVectorEnv(VectorEnv, gym.Env):
 
     def _run_chunk(self, actions: np.ndarray) -> ChunkStepResult:
         self._check_open()
-        if not self._ever_reset.all():
+        if self._needs_reset.any():
             raise RuntimeError(
-                f"env(s) {np.flatnonzero(~self._ever_reset).tolist()} were never reset; call reset() first"
-            )
-        if self._unsynced.any():
-            raise RuntimeError(
-                f"env(s) {np.flatnonzero(self._unsynced).tolist()} were not reset since {self._unsynced_cause}: their "
-                f"simulators may have moved without being counted; call reset() first (or reset only them with "
-                f"options={{'reset_mask': mask}})"
+                f"env(s) {np.flatnonzero(self._needs_reset).tolist()} {self._needs_reset_why}; call reset() first "
+                f"(or reset only them with options={{'reset_mask': mask}})"
             )
         try:
             return self._step_chunk(actions)
         except BaseException as e:
             # the backend may have stepped some envs (a pool's other workers) whose records did not
             # move, or ended episodes it did not reset: none of their records can be trusted now
-            self._unsynced[:] = True
-            self._unsynced_cause = f"a chunk step failed part way ({_first_line(e)})"
+            self._needs_reset[:] = True
+            self._needs_reset_why = (f"were not reset since a chunk step failed part way ({_first_line(e)}): their "
+                                     "simulators may have moved without being counted")
             raise
 
     def _step_chunk(self, actions: np.ndarray) -> ChunkStepResult:
