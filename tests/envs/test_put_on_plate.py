@@ -1009,6 +1009,9 @@ def test_every_variant_makes_resets_and_steps(asset_root, monkeypatch):
     from vla_envs.tasks.put_on_plate.variants import VARIANTS
 
     monkeypatch.setenv("VLA_ENVS_ASSET_DIR", str(asset_root))
+    judged = []  # where each evaluate() finds the object when it judges success
+    on_plate = rewards.object_on_plate
+    monkeypatch.setattr(rewards, "object_on_plate", lambda op, *a: judged.append(op[0].clone()) or on_plate(op, *a))
     for env_id, variant in VARIANTS.items():
         env = gym.make(env_id, num_envs=1, image_size=32, low_poly=True, vectorization="serial")
         try:
@@ -1039,6 +1042,8 @@ def test_every_variant_makes_resets_and_steps(asset_root, monkeypatch):
                 moved = task.objects[sel["object"]].pose.p[0].numpy()
                 assert np.linalg.norm(moved[:2] - cells[2]) < 0.01 and moved[2] < episodes.OBJECT_SPAWN_Z
                 assert np.linalg.norm(moved[:2] - start[:2].numpy()) > 0.14
+                # the step it jumps is judged where it landed (the step's picture shows it there)
+                assert np.linalg.norm(judged[-1][:2].numpy() - cells[2]) < 0.01, judged[-1]
         finally:
             env.close()
 

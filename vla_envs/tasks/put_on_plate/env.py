@@ -358,6 +358,11 @@ class PutOnPlateInScene25Env(BaseEnv):
         return grasped
 
     def evaluate(self) -> dict[str, torch.Tensor]:
+        new = self.control_steps != self.counted_at  # envs whose state this evaluate() has not counted
+        self.counted_at = self.control_steps.clone()
+        # the step the PositionChange object jumps is judged where it lands, as the observation
+        # rendered after this evaluate() shows it (and as the reference moves it before judging)
+        self._maybe_move_object(new)
         (op, _), (pp, _) = self._selected_poses()
         n = self.num_envs
         grasped = self._grasping_selected()
@@ -370,9 +375,6 @@ class PutOnPlateInScene25Env(BaseEnv):
                     if pair.any():
                         f = torch.linalg.norm(self.scene.get_pairwise_contact_forces(obj, plate), dim=-1).cpu()
                         force = torch.where(pair, f, force)
-        new = self.control_steps != self.counted_at  # envs whose state this evaluate() has not counted
-        self.counted_at = self.control_steps.clone()
-        self._maybe_move_object(new)
         self.grasp_streak = torch.where(new, rewards.update_grasp_streak(self.grasp_streak, grasped),
                                         self.grasp_streak)
         self.ever_grasped |= grasped & new
