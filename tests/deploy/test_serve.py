@@ -85,7 +85,7 @@ def _raw(server, payload: bytes) -> tuple[dict, dict] | None:
 def test_malformed_requests_get_an_error_and_the_server_keeps_serving(server, payload, message):
     payload = payload() if callable(payload) else payload
     header, _ = _raw(server, payload)
-    assert header["type"] == "error" and message in header["message"]
+    assert header["type"] == "error" and message in header["message"] and header["closed"] is True
     image, state = _obs()
     with PolicyClient(port=server.server_address[1]) as client:  # still serving
         assert client.act(image, "put corn on plate", state).shape == (8, 7)
@@ -305,6 +305,12 @@ def test_silent_clients_are_closed_and_connections_are_bounded(service):
         third.settimeout(5.0)
         header, _ = decode(read_frame(third))
         assert header["type"] == "error" and "serves 2 connections at a time" in header["message"]
+        # a client is told why and knows the connection is gone
+        over = PolicyClient(port=address[1])
+        with pytest.raises(ConnectionError, match="serves 2 connections at a time.*new PolicyClient"):
+            over.describe()
+        with pytest.raises(ConnectionError, match="earlier failure.*serves 2 connections"):
+            over.describe()
         for sock in (silent, half):  # the server closes both after 0.5 s of silence
             sock.settimeout(5.0)
             assert sock.recv(1) == b""

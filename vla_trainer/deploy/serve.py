@@ -17,8 +17,10 @@ raw C-order bytes follow in that order. Requests: ``{"type": "describe"}`` and
 ``{"type": "act", "instruction": str}`` with arrays ``image`` (uint8 ``[H, W, 3]``) and, for
 models that read it, ``state`` (float32 ``[S]``). Replies: ``{"type": "spec", ...}``,
 ``{"type": "actions"}`` with array ``actions`` (float32 ``[C, 7]``), or
-``{"type": "error", "message": str}``. A malformed or oversized request gets an error reply (when
-the frame could be read) and the connection is closed; the server keeps serving.
+``{"type": "error", "message": str}``, with ``"closed": true`` when the server closes the
+connection after it. A malformed or oversized request gets such an error reply (when the frame
+could be read) and the connection is closed, as is one more than the server serves at once; the
+server keeps serving. An observation the policy refuses gets an error reply; its connection stays open.
 """
 
 from __future__ import annotations
@@ -38,11 +40,11 @@ import numpy as np
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 5555
 MAX_MESSAGE_BYTES = 16 * 2**20
+"""A 640x480 RGB frame is 0.9 MiB; nothing the robot sends comes near 16 MiB."""
 IDLE_TIMEOUT_S = 60.0
 """A connection that sends nothing for this long (between or within frames) is closed."""
 MAX_CONNECTIONS = 16
 """Connections served at once; more are answered with an error and closed."""
-"""A 640x480 RGB frame is 0.9 MiB; nothing the robot sends comes near 16 MiB."""
 ALLOWED_DTYPES = ("uint8", "float32", "float64", "int64")
 MAX_INSTRUCTION_CHARS = 1000
 
@@ -277,8 +279,8 @@ class PolicyServer(socketserver.ThreadingTCPServer):
     def process_request(self, request: socket.socket, client_address: Any) -> None:
         if not self._slots.acquire(blocking=False):
             try:
-                request.sendall(encode({"type": "error", "message": f"the server serves {self.max_connections} "
-                                        "connections at a time; close one or try again later"}))
+                request.sendall(encode({"type": "error", "closed": True, "message": f"the server serves "
+                                        f"{self.max_connections} connections at a time; close one or try again later"}))
             except OSError:
                 pass
             self.shutdown_request(request)
@@ -303,7 +305,7 @@ class _Handler(socketserver.BaseRequestHandler):
             except (ConnectionError, TimeoutError):  # gone, or silent for idle_timeout_s: free its thread
                 return
             except ProtocolError as e:  # the stream can no longer be trusted: answer, then close
-                _send_quietly(self.request, encode({"type": "error", "message": str(e)}))
+                _send_quietly(self.request, encode({"type": "error", "closed": True, "message": str(e)}))
                 return
             except Exception as e:  # noqa: BLE001  a bad observation must not stop the server
                 reply = encode({"type": "error", "message": f"{type(e).__name__}: {e}"})
@@ -335,8 +337,11 @@ class PolicyClient:
     """The robot side of ``PolicyServer``: ``describe()`` and ``act(...)`` over one connection.
 
     A call that fails mid-way (a timeout, a broken or malformed reply) closes the connection:
-    the server's late reply would otherwise be read as the answer to the next observation. Later
-    calls raise ``ConnectionError``; make a new client to go on.
+    the server's late reply would otherwise be read as the answer to the next observation. So
+    does an error after which the server closed it (a malformed request, or one connection more
+    than it serves at once: ``ConnectionError``). Later calls raise ``ConnectionError``; make a
+    new client to go on. An observation the policy refuses raises ``RuntimeError`` with its
+    message, and the connection stays usable.
 
     Args:
         host, port: the server.
@@ -370,6 +375,11 @@ class PolicyClient:
             self.sock.close()
             raise
         if reply["type"] == "error":
+            if reply.get("closed"):  # said before the server closed it: the next call would find it gone
+                self._broken = f"policy server: {reply.get('message')}"
+                self.sock.close()
+                raise ConnectionError(f"{self._broken}; it closed the connection to {self.address}, "
+                                      "make a new PolicyClient")
             raise RuntimeError(f"policy server: {reply.get('message')}")
         return reply, out
 
