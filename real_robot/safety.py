@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from real_robot.config_file import read_mapping_file
 from real_robot.errors import MotionError, UnsafeActionError
+from real_robot.lifecycle import deferred_interrupts
 
 if TYPE_CHECKING:
     import numpy as np
@@ -413,14 +414,16 @@ class SafetyLayer:
         self.close()
 
     def close(self) -> None:
-        """Stop the arm, end the watchdog and release the arm (it then refuses motion commands)."""
+        """Stop the arm, end the watchdog and release the arm (it then refuses motion commands). A Ctrl-C
+        or SIGTERM meanwhile is delivered once this is done."""
         if self._closed:
             return
-        self._closed = True
-        self._watchdog.close()
-        if self.arm.is_connected:
-            self._stop_arm()
-        self.arm._detach_safety(self._permit)
+        with deferred_interrupts():  # a Ctrl-C now would cut the stop short, or leave the arm attached
+            self._closed = True
+            self._watchdog.close()
+            if self.arm.is_connected:
+                self._stop_arm()
+            self.arm._detach_safety(self._permit)
 
     # ----- reading and stopping pass straight through ------------------------------------------
     def observation(self) -> "ArmObservation":

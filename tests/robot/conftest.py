@@ -9,6 +9,8 @@ first (``homed_layer``).
 from __future__ import annotations
 
 import functools
+import signal
+import threading
 
 import pytest
 
@@ -43,3 +45,13 @@ def settled():
 def free_address():
     """A loopback address with nothing listening on libfranka's ports."""
     return free_loopback_address()
+
+
+@pytest.fixture
+def ctrl_c_raises():
+    """SIGINT raises KeyboardInterrupt here, as in a terminal's foreground job (a suite started in the
+    background inherits SIGINT ignored)."""
+    assert threading.current_thread() is threading.main_thread()  # where Python delivers signals
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)

@@ -157,6 +157,32 @@ def test_a_bad_option_after_connecting_releases_the_arm_camera_and_watchdog(fran
     env.close()
 
 
+@pytest.mark.reliability(fault='a second Ctrl-C while franka-eval closes the env (franky-sim)', cases=1,
+                         outcome='the arm is stopped, it and the camera released; the interrupt raised after')
+def test_a_ctrl_c_while_closing_still_releases_the_arm_and_the_camera(franky_sim, recording, tmp_path,
+                                                                      ctrl_c_raises):
+    import signal
+    import threading
+
+    from vla_envs.backends.franka.make import make_franka_vector_env
+
+    env = make_franka_vector_env(instruction="put carrot on plate", robot_ip=franky_sim, playback_file=str(recording),
+                                 camera_file=_camera_file(tmp_path), operator="scripted", ignore_realtime=True)
+    arm = env.backend.safety.arm
+    real_stop = arm.stop
+
+    def interrupted_stop():
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)  # Python runs the handler here, before the stop is sent
+        real_stop()
+
+    arm.stop = interrupted_stop
+    with pytest.raises(KeyboardInterrupt):
+        env.close()
+    assert not arm.is_connected
+    assert [t.name for t in threading.enumerate() if t.name == "safety-watchdog" or t.name.endswith("-reader")] == []
+
+
 @pytest.mark.slow
 def test_labelled_episodes_are_recorded_step_by_step_and_sft_trains_on_successes_only(franky_sim, recording,
                                                                                        tmp_path):

@@ -251,3 +251,53 @@ def test_a_stop_after_an_action_left_its_queue_wins_over_it(layer_factory, settl
         np.testing.assert_allclose(settled(layer), before, atol=TRACKING_TOLERANCE_M)
         assert layer.observation().gripper_width_m > 0.07  # still open
         assert not layer.send_action([0.2, 0, 0, 0, 0, 0, -1], stops_since=layer.stop_count).preempted
+
+
+def test_deferred_interrupts_deliver_each_signal_once_after_the_block(ctrl_c_raises):
+    import os
+    import signal
+
+    from real_robot.lifecycle import deferred_interrupts
+
+    got = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: got.append(signum))
+    try:
+        ran = []
+        with pytest.raises(KeyboardInterrupt):
+            with deferred_interrupts():
+                with deferred_interrupts():  # nested: held until the outer block ends
+                    for _ in range(2):
+                        os.kill(os.getpid(), signal.SIGINT)
+                        os.kill(os.getpid(), signal.SIGTERM)
+                        time.sleep(0.01)  # a handler would run by now
+                    ran.append("inner")
+                ran.append("outer")
+        assert ran == ["inner", "outer"] and got == [signal.SIGTERM]
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handlers are back
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@pytest.mark.reliability(fault='a second Ctrl-C while closing stops the arm (franky-sim)', cases=1,
+                         outcome='the stop and the release end first; the interrupt is raised after')
+def test_a_ctrl_c_while_closing_waits_for_the_stop_and_the_release(homed_layer, ctrl_c_raises):
+    import os
+    import signal
+
+    layer, arm = homed_layer, homed_layer.arm
+    real_stop, stopped = arm.stop, []
+
+    def interrupted_stop():
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)  # Python runs the handler here, before the stop is sent
+        real_stop()
+        stopped.append(True)
+
+    arm.stop = interrupted_stop
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            layer.close()
+    finally:
+        del arm.stop
+    assert stopped == [True], "the interrupt cut the arm's stop"
+    SafetyLayer(arm, layer.limits).close()  # released: the arm takes a new layer

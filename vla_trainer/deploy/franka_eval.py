@@ -254,8 +254,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         status = 2
     finally:
-        if env is not None:
-            env.close()
+        try:
+            if env is not None:
+                env.close()  # stops the arm, releases it and the camera; a Ctrl-C meanwhile waits for it
+        except KeyboardInterrupt:
+            status = 130
         signal.signal(signal.SIGTERM, previous)
     if status and not rows:
         return status

@@ -102,9 +102,13 @@ class FrankaBackend(BatchedBackend):
         return StepResult(obs, success.astype(np.float32), np.array([label is not None]), success, counts)
 
     def close(self) -> None:
-        """Stops the arm and releases it and the camera (the backend owns both). Idempotent."""
-        for release in (self.safety.close, self.safety.arm.disconnect, self.camera.disconnect):
-            try:
-                release()
-            except Exception:  # noqa: BLE001  closing must go on, and not hide the error that led here
-                pass
+        """Stops the arm and releases it and the camera (the backend owns both). Idempotent. A Ctrl-C
+        or SIGTERM meanwhile is delivered once all three are done."""
+        from real_robot.lifecycle import deferred_interrupts
+
+        with deferred_interrupts():
+            for release in (self.safety.close, self.safety.arm.disconnect, self.camera.disconnect):
+                try:
+                    release()
+                except Exception:  # noqa: BLE001  closing must go on, and not hide the error that led here
+                    pass
