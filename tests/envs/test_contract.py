@@ -294,6 +294,7 @@ def test_enumerate_initial_states_runs_each_exactly_once_with_auto_reset():
         out = env.chunk_step(finish)
         steps += 1
         seen += out.info["episode_state_id"][out.info["_episode"]].tolist()
+        assert (out.info["episode_state_id"][~out.info["_episode"]] == -1).all()  # no row of an earlier chunk
         assert steps < 10
     assert sorted(seen) == list(range(7))  # every initial state exactly once
     assert not env.chunk_step(finish).valid.any()  # idle afterwards

@@ -378,8 +378,8 @@ class ChunkVectorEnv(VectorEnv, gym.Env):
             under ``chunk_reset="immediate"`` without skipping, where they report the new
             episode's values. ``info["success"]`` and each progress flag are bool ``[N, C]``.
 
-            Finished episodes: ``info["episode"]`` (mask ``info["_episode"]``),
-            ``info["episode_state_id"]`` and, with auto-reset, ``info["final_obs"]`` /
+            Finished episodes: ``info["episode"]`` (mask ``info["_episode"]``; the other rows
+            are zeros), ``info["episode_state_id"]`` (-1 in the other rows) and, with auto-reset, ``info["final_obs"]`` /
             ``info["final_info"]`` describe the *first* episode each env finished in the chunk:
             the one the chunk was planned for, whose last sub-step is valid (the one a trainer
             bootstraps). Under ``chunk_reset="immediate"`` without skipping, an env can finish
@@ -428,6 +428,7 @@ class ChunkVectorEnv(VectorEnv, gym.Env):
         final_success = np.zeros(n, bool)
         reason = np.full(n, "", dtype=object)
         later: list[dict[str, Any]] = []  # episodes an env finished after its first one in this chunk
+        self._finished_state_id[:] = -1  # as every masked info entry: only this chunk's episodes fill it
 
         for j in range(c):
             valid[:, j] = in_chunk_episode
