@@ -411,8 +411,8 @@ def cmd_drift_pin(args: argparse.Namespace) -> int:
     _check_readable(args.image)
     reference = pin_reference(args.out, args.camera_file, args.image, spec)
     t = reference.T_cam_from_board[:3, 3]
-    print(f"pinned {args.out}: {len(reference.corner_ids)} corners of the board ({spec.describe()}) at "
-          f"({t[0]:.3f}, {t[1]:.3f}, {t[2]:.3f}) m in the camera, reprojection RMS {reference.pnp_rms_px:.3f} px; "
+    print(f"pinned {args.out}: {len(reference.corner_ids)} corners of the board ({spec.describe()}), its origin "
+          f"corner at ({t[0]:.3f}, {t[1]:.3f}, {t[2]:.3f}) m in the camera, reprojection RMS {reference.pnp_rms_px:.3f} px; "
           f"camera file {reference.camera_file} sha256 {reference.camera_file_sha256[:12]}. "
           "Keep the board where it is.")
     return EXIT_OK

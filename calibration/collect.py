@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from calibration.errors import BoardNotDetectedError, CalibrationError, TooFewSamplesError
+from calibration.files import write_json_atomic
 from calibration.hand_eye import MIN_SAMPLES, check_rotation_diversity
 from calibration.transforms import check_transform, make_transform, matrix_to_rotvec, rotvec_to_matrix
 
@@ -166,6 +167,7 @@ def calibration_poses(limits: SafetyLimits, n: int = 15, rng: np.random.Generato
     poses = []
     for k in range(n):
         heading = 2.0 * math.pi * (k + rng.uniform(-0.4, 0.4)) / n
+        outside_window = 0  # draws the inner orientation window refused (the rest: not facing the camera)
         for _ in range(max_tries):
             p = lo + (slices[k] + rng.uniform(0.0, 1.0, 3)) / n * (hi - lo)
             tilt = math.radians(rng.uniform(tilt_min, tilt_max))
@@ -174,12 +176,18 @@ def calibration_poses(limits: SafetyLimits, n: int = 15, rng: np.random.Generato
             axis = R_ref @ np.array([math.cos(heading), math.sin(heading), 0.0])
             R = rotvec_to_matrix(tilt * axis) @ R_ref @ rotvec_to_matrix([0.0, 0.0, yaw])
             if orientation_excess_rad(R, inner) > 0.0:
+                outside_window += 1
                 continue
             if camera is not None and _angle_deg(R @ normal_tcp, camera - p) > max_view_angle_deg:
                 continue
             poses.append(make_transform(R, p))
             break
         else:
+            if camera is None or outside_window > max_tries // 2:
+                raise ValueError(f"{outside_window} of {max_tries} draws of pose {k + 1} fell outside the orientation "
+                                 f"window (max_tilt_rad={limits.max_tilt_rad:g}, max_yaw_rad={limits.max_yaw_rad:g}, "
+                                 f"less a {0.5 * ORIENTATION_MARGIN_DEG:g} deg margin): lower tilt_deg or max_yaw_deg, "
+                                 "or widen the window in the safety limits file for the calibration")
             raise ValueError(f"no pose within {max_view_angle_deg:g} deg of facing the camera at "
                              f"{np.round(camera, 3).tolist()} after {max_tries} draws: is camera_position_m right "
                              "(base frame, metres)? Lower tilt_deg or raise max_view_angle_deg")
@@ -240,9 +248,7 @@ def load_poses(path: str | Path) -> list[np.ndarray]:
 
 def save_poses(path: str | Path, poses: Sequence[np.ndarray]) -> Path:
     """Write a pose set in the format ``load_poses`` reads."""
-    path = Path(path)
-    path.write_text(json.dumps([np.round(np.asarray(T, dtype=float), 6).tolist() for T in poses], indent=1) + "\n")
-    return path
+    return write_json_atomic(path, [np.round(np.asarray(T, dtype=float), 6).tolist() for T in poses])
 
 
 # ----- moving -----------------------------------------------------------------------------------

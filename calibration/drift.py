@@ -37,7 +37,8 @@ import numpy as np
 
 from calibration.board import BoardSpec
 from calibration.errors import BoardNotDetectedError, CalibrationError
-from calibration.files import write_json_atomic
+from calibration.files import write_bytes_atomic, write_json_atomic
+from calibration.intrinsics import intrinsics_from_matrix
 from calibration.transforms import check_transform, invert, rotation_angle_deg
 
 REFERENCE_FORMAT = "vla-drift-reference-v1"
@@ -112,11 +113,14 @@ class DriftReference:
         try:
             ids = np.asarray(data["corner_ids"], dtype=int).reshape(-1)
             corners = np.asarray(data["corners_px"], dtype=float).reshape(len(ids), 2)
-            K = np.asarray(data["camera_matrix"], dtype=float).reshape(3, 3)
-            dist = np.asarray(data.get("dist_coeffs", np.zeros(5)), dtype=float).reshape(-1)
+            if not np.isfinite(corners).all():
+                raise ValueError("field 'corners_px' must hold finite pixel coordinates")
+            width, height = int(data["width"]), int(data["height"])
+            intrinsics = intrinsics_from_matrix(data["camera_matrix"], data.get("dist_coeffs"), width=width,
+                                                height=height, source=str(path))
+            K, dist = intrinsics.camera_matrix, intrinsics.dist_coeffs
             board = BoardSpec.from_dict(data["board"], f"{path} field 'board'")
             T = check_transform(data["T_cam_from_board"], f"{path} field 'T_cam_from_board'")
-            width, height = int(data["width"]), int(data["height"])
         except (TypeError, ValueError) as e:
             raise DriftReferenceError(f"{path}: {e}") from None
         return cls(folder=folder, camera_file=str(data.get("camera_file", "")),
@@ -182,8 +186,10 @@ def pin_reference(out: str | Path, camera_file: str | Path, image, board: BoardS
         corner_ids=observation.ids, corners_px=observation.image_points, T_cam_from_board=T_cam_from_board,
         pnp_rms_px=rms_px, date=datetime.now(timezone.utc).isoformat(timespec="seconds"))
     out.mkdir(parents=True, exist_ok=True)
-    if not cv2.imwrite(str(out / REFERENCE_IMAGE), pixels):
-        raise CalibrationError(f"could not write {out / REFERENCE_IMAGE}")
+    encoded, png = cv2.imencode(".png", pixels)
+    if not encoded:
+        raise CalibrationError(f"could not encode {out / REFERENCE_IMAGE}")
+    write_bytes_atomic(out / REFERENCE_IMAGE, png.tobytes())
     # the JSON last and atomically: a folder with a reference.json is always complete
     write_json_atomic(out / REFERENCE_JSON, reference.to_dict())
     return reference
@@ -219,11 +225,12 @@ class DriftReport:
         out = []
         if self.camera_file_problem:
             out.append(self.camera_file_problem)
-        if self.mean_px > self.limit_px:
+        # written "not <=": a value that is not a number (NaN) fails, as no measurement passed
+        if not self.mean_px <= self.limit_px:
             out.append(f"the board's corners moved {self.mean_px:.2f} px on average (limit {self.limit_px:g} px)")
-        if self.camera_moved_mm > self.limit_mm:
+        if not self.camera_moved_mm <= self.limit_mm:
             out.append(f"the camera moved {self.camera_moved_mm:.2f} mm (limit {self.limit_mm:g} mm)")
-        if self.camera_rotated_deg > self.limit_deg:
+        if not self.camera_rotated_deg <= self.limit_deg:
             out.append(f"the camera turned {self.camera_rotated_deg:.3f} deg (limit {self.limit_deg:g} deg)")
         return out
 

@@ -31,7 +31,7 @@ PnP then scales every board distance, and the solution absorbs most of it by mov
 along its optical axis (a 2 % scale: about 15 mm off, with a residual of 3 mm, under the limit).
 The robot's motion fixes the metric scale, so the scale is fitted (the one factor on the board's
 translations that minimises the residuals) and a calibration whose board is off by more than
-``DEFAULT_MAX_SCALE_ERROR`` fails, naming the measured square length.
+``DEFAULT_MAX_SCALE_ERROR`` fails, naming how many percent off the board is.
 """
 
 from __future__ import annotations

@@ -17,11 +17,12 @@ ManiSkill is imported only when rendering; OpenCV only where images are read or 
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from calibration.files import write_json_atomic
 
 OVERLAY_FORMAT = "vla-overlay-report-v1"
 MODES = ("edges", "alpha")
@@ -383,5 +384,5 @@ def write_overlay(out: str | Path, real_bgr: np.ndarray, view: TwinView, *, mode
     out.parent.mkdir(parents=True, exist_ok=True)
     if not cv2.imwrite(str(out), picture):
         raise ValueError(f"could not write {out} (the name must end in .png)")
-    out.with_suffix(".json").write_text(json.dumps(report.to_dict(), indent=2) + "\n")
+    write_json_atomic(out.with_suffix(".json"), report.to_dict())
     return report

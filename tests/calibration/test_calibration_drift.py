@@ -170,3 +170,49 @@ def test_frame_of_another_size_is_refused(scene):
     small = cv2.resize(cv2.imread(str(scene["same"])), (320, 240))
     with pytest.raises(ValueError, match="320x240.*640x480"):
         check_drift(scene["reference"], small)
+
+
+@pytest.mark.parametrize("field, index", [("corners_px", (3, 0)), ("camera_matrix", (0, 0)), ("dist_coeffs", (0,))])
+def test_a_reference_with_numbers_that_are_not_numbers_is_refused(scene, tmp_path, field, index):
+    """A NaN compares False with every limit: a check on it would have passed whatever the camera did."""
+    import shutil
+
+    from calibration.drift import DriftReferenceError
+
+    copy = tmp_path / "ref"
+    shutil.copytree(scene["reference"], copy)
+    data = json.loads((copy / "reference.json").read_text())
+    values = np.asarray(data.get(field, np.zeros(5)), dtype=float)
+    values[index] = np.nan
+    data[field] = values.tolist()
+    (copy / "reference.json").write_text(json.dumps(data))
+    with pytest.raises(DriftReferenceError, match=field):
+        check_drift(copy, scene["moved"])
+
+
+def test_a_measurement_that_is_not_a_number_fails_the_check(scene):
+    import dataclasses
+
+    report = check_drift(scene["reference"], scene["same"], camera_file=scene["camera"])
+    assert report.passed
+    for name in ("mean_px", "camera_moved_mm", "camera_rotated_deg"):
+        assert not dataclasses.replace(report, **{name: float("nan")}).passed, name
+
+
+def test_the_files_written_are_readable_as_a_plain_write_makes_them(tmp_path):
+    """Others read the camera file (a ROS node's user, a container): not owner-only as a temporary
+    file is made; a replaced file keeps its mode."""
+    import os
+    import stat
+
+    from calibration.files import write_json_atomic
+
+    previous = os.umask(0o022)
+    try:
+        new = write_json_atomic(tmp_path / "camera.json", {"a": 1})
+        assert stat.S_IMODE(new.stat().st_mode) == 0o644
+        os.chmod(new, 0o640)
+        write_json_atomic(new, {"a": 2})
+        assert stat.S_IMODE(new.stat().st_mode) == 0o640 and json.loads(new.read_text()) == {"a": 2}
+    finally:
+        os.umask(previous)

@@ -148,6 +148,11 @@ def test_scripted_poses_refuse_too_few_poses_and_a_window_too_narrow_to_tilt():
         calibration_poses(SafetyLimits(), 4)
     with pytest.raises(ValueError, match="max_tilt_rad=0.15"):
         calibration_poses(SafetyLimits(max_tilt_rad=0.15), 10)
+    # a yaw window too narrow for the tilts asked: named as such, with or without a camera position
+    narrow = SafetyLimits(max_tilt_rad=math.radians(45), max_yaw_rad=math.radians(1))
+    for camera in (None, CAMERA_POSITION_M):
+        with pytest.raises(ValueError, match="outside the orientation window.*max_yaw_rad=0.01745"):
+            calibration_poses(narrow, 10, tilt_deg=(25, 40), camera_position_m=camera)
 
 
 def test_a_pose_file_round_trips_and_a_bad_pose_is_named(tmp_path):
