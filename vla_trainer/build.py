@@ -50,6 +50,8 @@ def build_policy(cfg: TrainConfig, resume_model_dir: Path | None = None, device:
         model = load_lora(model, resume_model_dir) if resume_model_dir is not None else apply_lora(model, m.lora_rank)
     model.eval()
     unnorm_key = m.unnorm_key
+    if unnorm_key is None and resume_model_dir is not None:  # what the run acted with until now
+        unnorm_key = recorded_unnorm_key(resume_model_dir)
     if unnorm_key is None and m.model_path is not None:  # the statistics its fine-tuning acted with
         unnorm_key = recorded_unnorm_key(full_model_dir(m.model_path))
     return VLAPolicy(model.to(device or default_device()), tokenizer, unnorm_key=unnorm_key)

@@ -291,6 +291,43 @@ def test_a_model_with_several_action_statistics_acts_with_its_runs_set(tmp_path)
         checkpoint_policy(bare)
 
 
+def test_a_training_checkpoint_records_the_statistics_its_policy_acted_with(tmp_path):
+    """A run that leaves actor.model.unnorm_key to its model_path (an SFT output fine-tuned with one
+    of several sets) acts with that set; its checkpoints say so, and serving, vla-eval and a resume
+    act with it too (they found the run's null and refused the model), also once model_path moved."""
+    import json
+    import shutil
+
+    import torch
+    from tiny_vla import tiny
+
+    from vla_trainer.build import build_policy
+    from vla_trainer.checkpoint import recorded_unnorm_key, save_model, save_train_checkpoint
+    from vla_trainer.config import load_config
+    from vla_trainer.models import VLAPolicy
+
+    stats = {k: {"action": {"q01": [-s] * 7, "q99": [s] * 7}} for k, s in (("bridge_orig", 1.0), ("fractal", 0.5))}
+    model, tokenizer = tiny("tiny-openvla-oft", norm_stats=stats)
+    sft = tmp_path / "sft"
+    save_model(VLAPolicy(model, tokenizer, unnorm_key="fractal"), sft)
+    (sft / "sft_metrics.json").write_text(json.dumps({"unnorm_key": "fractal"}))
+    cfg = load_config("cpu_grpo_tiny_put_on_plate", [f"actor.model.model_path={sft}"])
+    assert cfg.actor.model.unnorm_key is None
+    policy = build_policy(cfg, device="cpu")
+    assert policy.unnorm_key == "fractal"
+    ckpt = save_train_checkpoint(tmp_path / "run", cfg, policy, torch.optim.Adam(policy.model.parameters()),
+                                 {"iteration": 1, "env_steps": 0, "asset_pack": "none", "wall_time_s": 0.0})
+    assert recorded_unnorm_key(ckpt / "model") == "fractal"
+    assert PolicyService(ckpt).policy.unnorm_key == "fractal"
+    meta = json.loads((ckpt / "meta.json").read_text())
+    (ckpt / "meta.json").write_text(json.dumps({k: v for k, v in meta.items() if k != "unnorm_key"}))
+    assert recorded_unnorm_key(ckpt / "model") == "fractal"  # a checkpoint without it: through model_path
+    (ckpt / "meta.json").write_text(json.dumps(meta))
+    shutil.move(sft, tmp_path / "moved")
+    assert recorded_unnorm_key(ckpt / "model") == "fractal"
+    assert build_policy(cfg, resume_model_dir=ckpt / "model", device="cpu").unnorm_key == "fractal"
+
+
 @pytest.mark.reliability(fault='clients that connect and send nothing, or stop mid-frame', cases=2,
                          outcome='closed after idle_timeout_s; the server keeps at most max_connections')
 def test_silent_clients_are_closed_and_connections_are_bounded(service):

@@ -156,14 +156,29 @@ def checkpoint_recipe(model_dir: str | Path):
 
 
 def recorded_unnorm_key(model_dir: str | Path) -> str | None:
-    """Which of the model's action statistics its actions mean, as its training recorded it: a
-    training checkpoint's run's ``actor.model.unnorm_key``, else the key a ``vla-train sft`` output
-    was fine-tuned with (its ``sft_metrics.json``). None when neither is recorded (a model with one
-    statistics set needs none)."""
+    """Which of the model's action statistics its actions mean, as its training recorded it.
+
+    A training checkpoint: the key its policy acted with (its ``meta.json``), else its run's
+    ``actor.model.unnorm_key``, else (a run that left it to its ``model_path``, written before
+    ``meta.json`` recorded it) the key recorded for that model. A ``vla-train sft`` output: the key
+    it was fine-tuned with (its ``sft_metrics.json``). None when nothing is recorded (a model with
+    one statistics set needs none)."""
+    model_dir = Path(model_dir)
     cfg = checkpoint_recipe(model_dir)
-    if cfg is not None:
-        return cfg.actor.model.unnorm_key
-    record = Path(model_dir) / "sft_metrics.json"
+    if cfg is None:
+        return _recorded_key(model_dir / "sft_metrics.json")
+    key = _recorded_key(model_dir.parent / "meta.json")
+    if key is None:
+        key = cfg.actor.model.unnorm_key
+    if key is None and cfg.actor.model.model_path is not None:
+        try:
+            key = recorded_unnorm_key(resolve_model_dir(cfg.actor.model.model_path))
+        except FileNotFoundError:  # moved since: nothing more is known
+            return None
+    return key
+
+
+def _recorded_key(record: Path) -> str | None:
     try:
         key = json.loads(record.read_text()).get("unnorm_key") if record.is_file() else None
     except (OSError, ValueError, AttributeError):  # an unreadable record says nothing

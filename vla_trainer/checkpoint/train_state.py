@@ -3,9 +3,9 @@
 A checkpoint folder ``checkpoints/iter_000010/`` holds
 
     model/              the policy, loadable on its own (``vla_trainer.build.load_model``; LoRA adapters if is_lora)
-    trainer_state.pt    optimizer state, RNG states, iteration, metric history
+    trainer_state.pt    optimizer state, RNG states, iteration, env steps
     config.yaml         the full recipe in force
-    meta.json           iteration, env steps, asset pack, config fingerprint, wall time
+    meta.json           iteration, env steps, asset pack, action statistics key, config fingerprint, wall time
 
 It is written atomically (``atomic.write_atomic_dir``), and ``latest`` (a one-line file naming
 the newest folder) is replaced atomically afterwards: a crash at any moment leaves the previous
@@ -163,6 +163,9 @@ def save_train_checkpoint(run_dir: Path, cfg: TrainConfig, policy, optimizer, st
             (tmp / "config.yaml").write_text(to_yaml(cfg))
             flat = fingerprint(to_dict(cfg))
             meta = {k: state[k] for k in ("iteration", "env_steps", "asset_pack", "wall_time_s")}
+            # the action statistics the policy acts with, resolved (recorded_unnorm_key): the
+            # run's config may leave it to model_path, which can move or change
+            meta["unnorm_key"] = getattr(policy, "unnorm_key", None)
             (tmp / "meta.json").write_text(json.dumps(
                 {**meta, "config_fingerprint": fingerprint_hash(flat), "fingerprint_keys": flat}, indent=1,
                 default=str))
