@@ -29,7 +29,7 @@ from tqdm import tqdm
 from vla_trainer.algorithms import explained_variance
 from vla_trainer.build import full_model_dir, rollout_key
 from vla_trainer.checkpoint import (latest_checkpoint, read_train_state, remove_leftovers, resolve_resume,
-                                    run_folder_lock, write_text_atomic)
+                                    run_folder_lock, set_aside_newer_checkpoints, write_text_atomic)
 from vla_trainer.config import check_batch_sizes, to_dict, to_yaml
 from vla_trainer.config.schema import TrainConfig
 from vla_trainer.metrics_log import MetricLogger, read_metrics, success_curve
@@ -105,6 +105,10 @@ def _train_in(cfg: TrainConfig, run_dir: Path) -> TrainResult:
             print(f"run {run_dir}: runner.max_wall_minutes={cfg.runner.max_wall_minutes} was reached before "
                   f"{resume_from.name} ({state['wall_time_s'] / 60:.1f} min trained); nothing to do", flush=True)
             return TrainResult(run_dir, state["iteration"], state["env_steps"], None, resume_from)
+        aside = set_aside_newer_checkpoints(run_dir, resume_from)
+        if aside is not None:
+            print(f"run {run_dir}: continuing from {resume_from.name}, not the latest checkpoint: the newer ones and "
+                  f"the records up to them are kept in {aside}", flush=True)
 
     runtime = make_runtime(cfg, resume_from, state if resume_from else None)
     for key in ("optimizer", "update_gen", "torch_rng", "rollout_gen"):

@@ -130,6 +130,11 @@ def test_resume_continues_exactly_and_refuses_another_config(tmp_path):
                     run_dir=tmp_path / "b")
     assert resumed.iterations == 2
     assert [r["iteration"] for r in read_metrics(resumed.run_dir)] == [1, 2]  # the re-run record replaced
+    # the abandoned iteration's checkpoint and records are kept aside, not left among the run's own
+    aside, = (tmp_path / "b" / "checkpoints").glob("abandoned_after_iter_000001_*")
+    assert (aside / "iter_000002" / "trainer_state.pt").is_file()
+    assert [r["iteration"] for r in read_metrics(aside)] == [1, 2]
+    assert (tmp_path / "b" / "checkpoints" / "latest").read_text().strip() == "iter_000002"
     # model, optimizer and generators come from the checkpoint; the env is fresh while the straight
     # run's had run an iteration (CPU PhysX keeps contact history across resets, which moves a few
     # pixels of the first frames), so the result matches to float tolerance

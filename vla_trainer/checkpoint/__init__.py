@@ -28,4 +28,5 @@ from .train_state import (
     restore_rng,
     rng_state,
     save_train_checkpoint,
+    set_aside_newer_checkpoints,
 )

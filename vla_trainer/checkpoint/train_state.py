@@ -21,6 +21,7 @@ import errno
 import hashlib
 import json
 import shutil
+import time
 from pathlib import Path
 
 from ..config import to_dict, to_yaml
@@ -69,6 +70,35 @@ def resolve_resume(resume_dir: str, run_dir: Path) -> Path:
         raise FileNotFoundError(f"runner.resume_dir={resume_dir}: not a checkpoint folder (no trainer_state.pt) "
                                 "and not a run folder with checkpoints/latest")
     return path
+
+
+def set_aside_newer_checkpoints(run_dir: Path, resume_from: Path) -> Path | None:
+    """Before a run continues from one of its own checkpoints that is not its latest: the newer
+    checkpoints (a future the continuation abandons) and the run's ``metrics.jsonl`` as it was go to
+    ``checkpoints/abandoned_after_<resumed>_<time>/``, and ``latest`` names ``resume_from``. Left in
+    place, the first saves would delete them as old while the newest survived them: ``latest``
+    and ``runner.resume_dir=auto`` would go back to the abandoned run after a crash.
+
+    ``latest`` is moved first: a crash part way leaves it naming ``resume_from`` and the run
+    resumable again the same way. Returns the folder they went to, or None when none is newer."""
+    ckpt_root = Path(run_dir) / "checkpoints"
+    if resume_from.resolve().parent != ckpt_root.resolve():
+        return None
+    folders = checkpoint_folders(ckpt_root)
+    names = [p.name for p in folders]
+    if resume_from.name not in names:
+        return None
+    newer = folders[names.index(resume_from.name) + 1:]
+    if not newer:
+        return None
+    write_text_atomic(ckpt_root / "latest", resume_from.name + "\n")
+    aside = ckpt_root / f"abandoned_after_{resume_from.name}_{time.strftime('%Y%m%d-%H%M%S')}"
+    aside.mkdir()
+    if (Path(run_dir) / "metrics.jsonl").is_file():
+        shutil.copy2(Path(run_dir) / "metrics.jsonl", aside / "metrics.jsonl")
+    for folder in newer:
+        folder.rename(aside / folder.name)
+    return aside
 
 
 def read_train_state(checkpoint: Path, cfg: TrainConfig) -> dict:
