@@ -285,16 +285,21 @@ def blend(real_bgr: np.ndarray, view: TwinView, mode: str = "edges") -> np.ndarr
 # ---------------------------------------------------------------------------------- files
 def fit_to_view(image: np.ndarray, camera, crop: tuple[int, int, int, int] | None, what: str) -> np.ndarray:
     """A real picture (or mask) as the twin sees it: the full frame at the camera file's
-    resolution, cropped to ``crop``; or a picture already cropped to it.
+    resolution, undistorted when the file records lens distortion (as the policy's frames are),
+    cropped to ``crop``; or a picture already cropped to it (of a camera without distortion).
 
     Raises:
         ValueError: naming ``what`` and the sizes allowed.
     """
     h, w = image.shape[:2]
     left, top, right, bottom = camera.check_crop(crop)
+    undistort = camera.undistorter()
     if (w, h) == (camera.width, camera.height):
-        return image[top:bottom, left:right]
+        return (image if undistort is None else undistort(image))[top:bottom, left:right]
     if crop is not None and (w, h) == (right - left, bottom - top):
+        if undistort is not None:
+            raise ValueError(f"{what} is cropped, but {camera.path} records lens distortion, which is undone on "
+                             f"the full frame: give the {camera.width}x{camera.height} frame")
         return image
     allowed = f"{camera.width}x{camera.height} (the camera file's resolution)"
     if crop is not None:

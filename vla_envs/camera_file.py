@@ -7,14 +7,17 @@ Format (JSON)::
     {"format": "vla-camera-v1", "width": 640, "height": 480,
      "intrinsic": [[fx, 0, cx], [0, fy, cy], [0, 0, 1]],
      "T_base_from_cam": 4x4 row-major, camera axes as in OpenCV (x right, y down, z forward),
-     "calibration": {...}}   (optional: the calibration tool's report, kept as read)
+     "calibration": {...}}   (optional: the calibration tool's report, kept as read; its
+                             "dist_coeffs" are the real camera's lens distortion, OpenCV's)
 
-Other fields are ignored, so files written before ``calibration`` existed still load.
+Other fields are ignored, so files written before ``calibration`` existed still load. The twin
+renders a pinhole camera with ``intrinsic``; a real frame is made one by ``undistorter()``.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +27,9 @@ DEFAULT_CAMERA_FILE = Path(__file__).with_name("default_camera.json")
 FORMAT = "vla-camera-v1"
 # columns: SAPIEN's camera axes (x forward, y left, z up) expressed in OpenCV's
 R_CV_FROM_SAPIEN = np.array([[0.0, -1.0, 0.0], [0.0, 0.0, -1.0], [1.0, 0.0, 0.0]])
+UNDISTORT_TOLERANCE_PX = 0.1
+"""Distortion that moves no pixel of the frame further than this is left alone (a RealSense's
+factory coefficients are often all zero: nothing to do)."""
 
 
 @dataclass(frozen=True)
@@ -35,6 +41,39 @@ class CameraFile:
     path: Path
     calibration: dict | None = None
     """How the file was made (date, method, residuals, board), when the calibration tool wrote it."""
+
+    @property
+    def dist_coeffs(self) -> np.ndarray | None:
+        """The real camera's lens distortion (OpenCV's k1, k2, p1, p2[, k3, ...]) the calibration
+        recorded, or None."""
+        raw = (self.calibration or {}).get("dist_coeffs")
+        return None if raw is None else np.asarray(raw, dtype=float).ravel()
+
+    def undistorter(self) -> Callable[[np.ndarray], np.ndarray] | None:
+        """A function that makes a real frame of this camera (``[H, W, 3]`` at the file's
+        resolution) the pinhole picture the twin renders: OpenCV's undistortion through
+        ``intrinsic`` and ``dist_coeffs``, to the same ``intrinsic`` (bilinear). None when the
+        distortion moves no pixel further than ``UNDISTORT_TOLERANCE_PX``: nothing to do.
+
+        Raises:
+            ImportError: OpenCV is missing (the ``robot`` extra) and the distortion matters.
+        """
+        dist = self.dist_coeffs
+        if dist is None or not dist.any():
+            return None
+        try:
+            import cv2
+        except ImportError as e:
+            raise ImportError(f"camera file {self.path} records lens distortion; undistorting real frames needs "
+                              "OpenCV: pip install 'vla-rl[robot]'") from e
+        k, size = self.intrinsic, (self.width, self.height)
+        u, v = np.meshgrid(np.linspace(0, self.width - 1, 33), np.linspace(0, self.height - 1, 25))
+        seen = np.stack([u.ravel(), v.ravel()], axis=1)[:, None]  # where the lens puts each sample
+        ideal = cv2.undistortPoints(seen, k, dist, P=k)  # where a pinhole camera would
+        if np.abs(ideal - seen).max() <= UNDISTORT_TOLERANCE_PX:
+            return None
+        map1, map2 = cv2.initUndistortRectifyMap(k, dist, None, k, size, cv2.CV_16SC2)
+        return lambda frame: cv2.remap(frame, map1, map2, cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT)
 
     def intrinsic_for(self, height: int, width: int, crop: tuple[int, int, int, int] | None = None) -> np.ndarray:
         """Intrinsics of the image the camera sees, or of its region ``crop``, resized to
@@ -149,4 +188,13 @@ def load_camera_file(path: str | Path | None = None) -> CameraFile:
     if calibration is not None and not isinstance(calibration, dict):
         raise ValueError(f"camera file {path}: field 'calibration' must be a JSON object (the calibration report), "
                          f"got {type(calibration).__name__}")
+    dist = (calibration or {}).get("dist_coeffs")
+    if dist is not None:
+        try:
+            dist = np.asarray(dist, dtype=float).ravel()
+        except (TypeError, ValueError):
+            dist = np.array([np.nan])
+        if dist.size not in (4, 5, 8, 12, 14) or not np.isfinite(dist).all():
+            raise ValueError(f"camera file {path}: field 'calibration.dist_coeffs' must hold 4, 5, 8, 12 or 14 finite "
+                             f"numbers (OpenCV's k1, k2, p1, p2[, k3, ...]), got {calibration['dist_coeffs']!r}")
     return CameraFile(width, height, k, t, path, calibration)

@@ -154,6 +154,12 @@ def test_a_bad_option_after_connecting_releases_the_arm_camera_and_watchdog(fran
     alive = [t.name for t in threading.enumerate() if t.name == "safety-watchdog" or t.name.endswith("-reader")]
     assert alive == []
     env = make_franka_vector_env(**kwargs)  # the arm and the camera are free again
+    assert env.backend.undistort is None  # a pinhole camera file: frames taken as they are
+    env.close()
+    distorted = json.loads(kwargs["camera_file"].read_text())
+    kwargs["camera_file"].write_text(json.dumps({**distorted, "calibration": {"dist_coeffs": [-0.2, 0.05, 0, 0, 0]}}))
+    env = make_franka_vector_env(**kwargs)
+    assert env.backend.undistort is not None  # each frame undistorted before the crop (test_calibration_camera_file)
     env.close()
 
 

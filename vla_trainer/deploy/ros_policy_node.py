@@ -59,7 +59,7 @@ class PolicyNode:
 
     def __init__(self, node: Any, policy: Any, *, instruction: str, camera_crop: tuple[int, int, int, int] | None,
                  camera_hw: tuple[int, int] | None, control_period_s: float, ready_timeout_s: float,
-                 max_image_age_s: float):
+                 max_image_age_s: float, undistort: Any = None):
         from geometry_msgs.msg import PoseStamped
         from sensor_msgs.msg import Image, JointState
         from std_msgs.msg import Float32MultiArray, Header
@@ -69,7 +69,7 @@ class PolicyNode:
         if not instruction.strip():
             raise ValueError("instruction: the task in words, e.g. 'put carrot on plate'")
         self.node, self.policy, self.instruction = node, policy, instruction
-        self.camera_crop, self.camera_hw = camera_crop, camera_hw
+        self.camera_crop, self.camera_hw, self.undistort = camera_crop, camera_hw, undistort
         self.spec = policy.spec
         self.chunk_duration_s = self.spec.chunk_size * control_period_s
         self.ready_timeout_s, self.max_image_age_s = ready_timeout_s, max_image_age_s
@@ -159,7 +159,8 @@ class PolicyNode:
         from vla_envs.backends.franka.twin import twin_image, twin_scaled_action, twin_state
 
         assert self._image is not None
-        image = twin_image(image_from_msg(self._image[1]), self.spec.image_size, self.camera_crop, self.camera_hw)
+        image = twin_image(image_from_msg(self._image[1]), self.spec.image_size, self.camera_crop, self.camera_hw,
+                           self.undistort)
         state = None
         if self.spec.state_dim:
             assert self._state is not None
@@ -182,8 +183,9 @@ class PolicyNode:
 
 def resolve_camera(camera_crop: tuple[int, ...] | None, camera_file: str, camera_hw: tuple[int, ...] | None,
                    checkpoint_crop: tuple[int, int, int, int] | None):
-    """``(camera_crop, camera_hw)`` for ``twin_image``: the crop given or the checkpoint's, checked
-    against the camera file's resolution (or ``camera_hw`` when given instead).
+    """``(camera_crop, camera_hw, undistort)`` for ``twin_image``: the crop given or the checkpoint's,
+    checked against the camera file's resolution (or ``camera_hw`` when given instead), and the camera
+    file's ``undistorter()`` (None with ``camera_hw``: no lens is known).
 
     Raises:
         ValueError: a crop or size of the wrong length, or a crop outside the frame.
@@ -201,12 +203,12 @@ def resolve_camera(camera_crop: tuple[int, ...] | None, camera_file: str, camera
             left, top, right, bottom = crop
             if not (0 <= left < right <= hw[1] and 0 <= top < bottom <= hw[0]):
                 raise ValueError(f"camera_crop {list(crop)} does not fit a {hw[1]}x{hw[0]} frame")
-        return crop, hw
+        return crop, hw, None
     from vla_envs.camera_file import load_camera_file
 
     cam = load_camera_file(camera_file or None)
     crop = None if crop is None else cam.check_crop(crop)
-    return crop, (cam.height, cam.width)
+    return crop, (cam.height, cam.width), cam.undistorter()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -228,12 +230,13 @@ def main(argv: list[str] | None = None) -> int:
 
             start_s = time.monotonic()
             policy = PolicyService(p["checkpoint"], device=p["device"])
-            crop, hw = resolve_camera(p["camera_crop"], p["camera_file"], p["camera_hw"], policy.spec.camera_crop)
+            crop, hw, undistort = resolve_camera(p["camera_crop"], p["camera_file"], p["camera_hw"],
+                                                 policy.spec.camera_crop)
             check_fit(policy.spec, image_size=None, state_dim=STATE_DIM, camera_hw=hw,
                       camera_crop=None if p["camera_crop"] is None else tuple(p["camera_crop"]))
             PolicyNode(node, policy, instruction=p["instruction"], camera_crop=crop, camera_hw=hw,
                        control_period_s=p["control_period_s"], ready_timeout_s=p["ready_timeout_s"],
-                       max_image_age_s=p["max_image_age_s"])
+                       max_image_age_s=p["max_image_age_s"], undistort=undistort)
         except (ParameterError, ValueError, FileNotFoundError) as e:
             log.fatal(str(e))
             return 2

@@ -29,6 +29,7 @@ class FrankaBackend(BatchedBackend):
         image_size: side of the policy's image (the twin's ``image_size``).
         camera_crop: the twin's ``camera_crop`` (pixels of the camera file), or None.
         camera_hw: the camera file's (height, width); frames of another size are refused.
+        undistort: the camera file's ``undistorter()``: each frame made the pinhole picture the twin renders.
         time_limit: steps per episode (the twin's: 80).
         operator: resets the scene and labels success / failure.
         max_frame_age_ms: a frame older than this when the observation is taken stops the episode.
@@ -43,14 +44,14 @@ class FrankaBackend(BatchedBackend):
     def __init__(self, safety, camera, *, instruction: str, image_size: int = 64,
                  camera_crop: tuple[int, int, int, int] | None = None, camera_hw: tuple[int, int] | None = None,
                  time_limit: int = 80, operator: Operator, max_frame_age_ms: float = 200.0,
-                 control_period_s: float = CONTROL_PERIOD_S):
+                 control_period_s: float = CONTROL_PERIOD_S, undistort=None):
         from real_robot.safety import CLAMP_KINDS
 
         if not isinstance(instruction, str) or not instruction.strip():
             raise ValueError("instruction must be a non-empty string, e.g. 'put carrot on plate'")
         self.safety, self.camera, self.operator = safety, camera, operator
         self.instruction, self.image_size = instruction, image_size
-        self.camera_crop, self.camera_hw = camera_crop, camera_hw
+        self.camera_crop, self.camera_hw, self.undistort = camera_crop, camera_hw, undistort
         self.max_episode_steps = int(time_limit)
         self.max_frame_age_ms, self.control_period_s = float(max_frame_age_ms), float(control_period_s)
         side = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
@@ -69,7 +70,7 @@ class FrankaBackend(BatchedBackend):
         frame = self.camera.read_latest(self.max_frame_age_ms)  # StaleFrameError stops the episode
         arm = self.safety.observation()
         t1 = time.perf_counter()
-        obs = {"image": twin_image(frame.image, self.image_size, self.camera_crop, self.camera_hw)[None],
+        obs = {"image": twin_image(frame.image, self.image_size, self.camera_crop, self.camera_hw, self.undistort)[None],
                "state": twin_state(arm.joint_positions_rad, arm.gripper_width_m, arm.T_base_from_tcp)[None]}
         self.timing.update(camera=t1 - t0, preprocess=time.perf_counter() - t1)
         return obs

@@ -59,6 +59,7 @@ def make_franka_vector_env(num_envs: int = 1, *, instruction: str, robot_ip: str
                    connect_timeout_s=connect_timeout_s, ignore_realtime=ignore_realtime)
     cam_file = load_camera_file(camera_file)
     crop = None if camera_crop is None else cam_file.check_crop(camera_crop)
+    undistort = cam_file.undistorter()
     if isinstance(operator, str):
         if operator not in ("keyboard", "scripted"):
             raise ValueError(f"operator={operator!r}; allowed: 'keyboard', 'scripted', or an Operator object")
@@ -76,7 +77,7 @@ def make_franka_vector_env(num_envs: int = 1, *, instruction: str, robot_ip: str
         safety = SafetyLayer(arm, limits)
         backend = FrankaBackend(safety, camera, instruction=instruction, image_size=image_size, camera_crop=crop,
                                 camera_hw=(cam_file.height, cam_file.width), time_limit=time_limit or 80,
-                                operator=operator, max_frame_age_ms=max_frame_age_ms)
+                                operator=operator, max_frame_age_ms=max_frame_age_ms, undistort=undistort)
         return ChunkVectorEnv(backend, auto_reset=auto_reset, **contract_kwargs)
     except BaseException:
         releases = ([safety.close] if safety is not None else []) + ([arm.disconnect] if arm.is_connected else [])

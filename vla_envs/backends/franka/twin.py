@@ -21,6 +21,8 @@ The twin (``PutOnPlateInScene25*``, ``vla_envs/tasks/put_on_plate/env.py``):
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 TWIN_BASE_POSITION_M = (0.30, 0.0, 0.87)
@@ -69,8 +71,10 @@ def twin_state(joint_positions_rad: np.ndarray, gripper_width_m: float, T_base_f
 
 def twin_image(frame_rgb: np.ndarray, image_size: int | tuple[int, int],
                camera_crop: tuple[int, int, int, int] | None = None,
-               camera_hw: tuple[int, int] | None = None) -> np.ndarray:
-    """The policy's image from a real color frame: the twin's ``camera_crop`` (pixels of the
+               camera_hw: tuple[int, int] | None = None,
+               undistort: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
+    """The policy's image from a real color frame: undistorted when the camera file records lens
+    distortion (the twin renders a pinhole camera), the twin's ``camera_crop`` (pixels of the
     camera file's resolution), resized to ``image_size`` by ``vla_envs.core.images.resize_rgb``,
     as the twin resizes its own rendering of that region (its default ``native_render``).
 
@@ -80,6 +84,7 @@ def twin_image(frame_rgb: np.ndarray, image_size: int | tuple[int, int],
         camera_crop: ``(left, top, right, bottom)`` in pixels of ``camera_hw``; None: the whole frame.
         camera_hw: the camera file's ``(height, width)``; the frame must have that size (the crop
             and the intrinsics refer to it). None: the frame's own size.
+        undistort: the camera file's ``undistorter()`` (None: the frame is a pinhole camera's).
 
     Raises:
         ValueError: the frame is not uint8 RGB, its size is not the camera file's, or the crop
@@ -94,6 +99,8 @@ def twin_image(frame_rgb: np.ndarray, image_size: int | tuple[int, int],
     if camera_hw is not None and (h, w) != tuple(camera_hw):
         raise ValueError(f"the camera frame is {w}x{h} but the camera file describes {camera_hw[1]}x{camera_hw[0]}: "
                          "stream the resolution the camera was calibrated at")
+    if undistort is not None:
+        frame = undistort(frame)
     left, top, right, bottom = (0, 0, w, h) if camera_crop is None else (int(v) for v in camera_crop)
     if not (0 <= left < right <= w and 0 <= top < bottom <= h):
         raise ValueError(f"camera_crop {camera_crop} must satisfy 0 <= left < right <= {w} and 0 <= top < bottom <= {h}")
