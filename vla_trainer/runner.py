@@ -33,7 +33,7 @@ from vla_trainer.checkpoint import (latest_checkpoint, read_train_state, remove_
 from vla_trainer.config import check_batch_sizes, to_dict, to_yaml
 from vla_trainer.config.schema import TrainConfig
 from vla_trainer.metrics_log import MetricLogger, read_metrics, success_curve
-from vla_trainer.rl.rollout import CRASHED_EPISODES, concat_rollouts
+from vla_trainer.rl.rollout import CRASHED_EPISODES, LATE_EPISODES, concat_rollouts
 from vla_trainer.rl.targets import compute_targets, concat_targets
 
 @dataclass
@@ -46,12 +46,13 @@ class TrainResult:
 
 
 def _episode_stats(prefix: str, episodes: dict) -> dict:
-    """Means over the finished episodes, their count, and the count of those a simulator crash cut
-    (left out of the means), when any."""
-    crashed = len(episodes.get(CRASHED_EPISODES, ()))
-    out = {f"{prefix}/{CRASHED_EPISODES}": crashed} if crashed else {}
+    """Means over the finished episodes, their count, and the counts of those left out of the means
+    (a simulator crash cut them; they started too late to reach the time limit in the rollout),
+    when any."""
+    out = {f"{prefix}/{k}": len(episodes[k]) for k in (CRASHED_EPISODES, LATE_EPISODES) if episodes.get(k)}
     if episodes.get("success_once"):
-        out |= {f"{prefix}/{k}": float(np.mean(v)) for k, v in episodes.items() if k != CRASHED_EPISODES}
+        out |= {f"{prefix}/{k}": float(np.mean(v)) for k, v in episodes.items()
+                if k not in (CRASHED_EPISODES, LATE_EPISODES)}
         out[f"{prefix}/episodes"] = len(episodes["success_once"])
     return out
 

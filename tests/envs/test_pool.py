@@ -171,7 +171,7 @@ def test_a_crash_in_a_later_episode_of_the_chunk_is_that_episodes_reason_and_tra
         assert backend.restarts == 1
         assert out.info["truncation_reason"][1] == "" and out.terminated[1, 0] and out.truncated[1, 1]
         assert [r["truncation_reason"] for r in out.info["later_episodes"] if r["env"] == 1] == ["worker_crashed"]
-        episodes = finished_episodes(out.info)
+        episodes = finished_episodes(out, first_step=0, horizon=100, time_limit=50)
         assert episodes["success_once"] == [1.0] and episodes[CRASHED_EPISODES] == [1.0]
     finally:
         env.close()

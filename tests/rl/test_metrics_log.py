@@ -67,12 +67,39 @@ def test_tensorboard_drops_what_a_resumed_run_logs_again_and_what_a_dead_run_lef
 
 
 def test_train_episode_stats_leave_out_and_count_the_episodes_a_simulator_crash_cut():
-    from vla_trainer.rl.rollout import CRASHED_EPISODES
+    from vla_trainer.rl.rollout import CRASHED_EPISODES, LATE_EPISODES
     from vla_trainer.runner import _episode_stats
 
     stats = _episode_stats("train", {"success_once": [1.0, 0.0, 1.0], "length": [4.0, 10.0, 6.0],
-                                     CRASHED_EPISODES: [1.0, 1.0]})
+                                     CRASHED_EPISODES: [1.0, 1.0], LATE_EPISODES: [1.0]})
     assert stats == {"train/success_once": 2 / 3, "train/length": 20 / 3, "train/episodes": 3,
-                     "train/crashed_episodes": 2}
+                     "train/crashed_episodes": 2, "train/late_episodes": 1}
     assert _episode_stats("train", {"success_once": [], CRASHED_EPISODES: [1.0]}) == {"train/crashed_episodes": 1}
     assert _episode_stats("train", {}) == {}
+
+
+@pytest.mark.parametrize("chunk", [1, 2])
+def test_train_success_counts_only_episodes_that_could_end_either_way_in_the_rollout(chunk):
+    """With auto-reset, an episode that starts after ``horizon - time_limit`` ends in the rollout
+    only by succeeding early; counting it counted the successes of late starts and not their
+    failures (a policy that succeeds half the time showed 0.8). Here env 0 succeeds at every step,
+    env 1 never, over one time limit (4 steps)."""
+    import numpy as np
+    from toy_env import ToyEnv
+
+    from vla_envs.core.serial import SerialBackend
+    from vla_envs.core.vector_env import ChunkVectorEnv
+    from vla_trainer.rl.rollout import LATE_EPISODES, finished_episodes
+
+    env = ChunkVectorEnv(SerialBackend([lambda: ToyEnv(4)] * 2), auto_reset=True, chunk_reset="immediate",
+                         skip_finished_actions=False)
+    actions = np.zeros((2, chunk, 7), np.float32)
+    actions[0, :, 6] = 1.0  # env 0's gripper closes: success, the episode ends
+    env.reset(seed=0)
+    success, late = [], 0
+    for t in range(4 // chunk):
+        episodes = finished_episodes(env.chunk_step(actions), t * chunk, horizon=4, time_limit=4)
+        success += episodes.get("success_once", [])
+        late += len(episodes.get(LATE_EPISODES, []))
+    env.close()
+    assert sorted(success) == [0.0, 1.0] and late == 3  # each env's first episode; env 0's next three left out

@@ -166,26 +166,53 @@ CRASHED_EPISODES = "crashed_episodes"
 are left out: a crash is no failure of the policy (as in evaluation)."""
 
 
-def finished_episodes(info: dict) -> dict[str, list[float]]:
-    """Metrics of every episode that finished in one chunk step: each env's first
+LATE_EPISODES = "late_episodes"
+"""``finished_episodes``' key for episodes that started too late in the rollout to reach the time
+limit before its end: one 1.0 each. Their metrics are left out: such an episode finished only by
+succeeding early, so counting it would count the successes among late starts and not the failures."""
+
+
+def finished_episodes(out, first_step: int, horizon: int, time_limit: int) -> dict[str, list[float]]:
+    """Metrics of the episodes that finished in one chunk step ``out``: each env's first
     (``info["episode"]``) and any later ones (``info["later_episodes"]``), except those a simulator
-    crash cut (counted under ``CRASHED_EPISODES``)."""
+    crash cut (counted under ``CRASHED_EPISODES``) and those that started after
+    ``horizon - time_limit`` (``LATE_EPISODES``): an episode is counted when it would have finished
+    within the rollout whatever it did, so the success rate over the counted ones is the policy's.
+
+    Args:
+        out: the chunk step's result (``info``, and ``terminated`` / ``truncated`` / ``valid``
+            ``[N, C]``, which place each first episode's end).
+        first_step: the rollout's sub-steps before this chunk (since its reset).
+        horizon: the rollout's sub-steps in all.
+        time_limit: the env's ``max_episode_steps``.
+    """
+    info = out.info
     metrics: dict[str, list[float]] = defaultdict(list)
-    crashed = 0
+    crashed = late = 0
+    last_start = horizon - time_limit
     if "episode" in info:
         lost = info["_episode"] & crashed_now(info)
-        kept = info["_episode"] & ~lost
+        ended = (np.asarray(out.terminated) | np.asarray(out.truncated)) & np.asarray(out.valid)
+        start = first_step + ended.argmax(axis=1) - np.asarray(info["episode"]["length"]) + 1
+        too_late = info["_episode"] & ~lost & (start > last_start)
+        kept = info["_episode"] & ~lost & ~too_late
         crashed += int(lost.sum())
+        late += int(too_late.sum())
         for key, arr in info["episode"].items():
             metrics[key].extend(np.asarray(arr)[kept].astype(float).tolist())
     for record in info.get("later_episodes", ()):
         if record.get("truncation_reason") == "worker_crashed":
             crashed += 1
             continue
+        if first_step + record["sub_step"] - record["episode"]["length"] + 1 > last_start:
+            late += 1
+            continue
         for key, value in record["episode"].items():
             metrics[key].append(float(value))
     if crashed:
         metrics[CRASHED_EPISODES] = [1.0] * crashed
+    if late:
+        metrics[LATE_EPISODES] = [1.0] * late
     return dict(metrics)
 
 
@@ -227,7 +254,9 @@ def collect_rollout(env, policy: VLAPolicy, obs: dict, num_chunks: int, *, tempe
             timing["generation"] += time.perf_counter() - t3
 
         buffer.write(
-            t, every, instruction=obs["instruction"], episodes=finished_episodes(out.info),
+            t, every, instruction=obs["instruction"],
+            episodes=finished_episodes(out, t * out.rewards.shape[1], num_chunks * out.rewards.shape[1],
+                                       env.max_episode_steps),
             image=np.asarray(obs["image"]),
             state=np.asarray(obs["state"], dtype=np.float32) if "state" in obs else None,
             action_token_ids=sample.action_token_ids.cpu(), log_probs=sample.log_probs.float().cpu(),

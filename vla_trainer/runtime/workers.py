@@ -96,6 +96,7 @@ class EnvWorker:
         if self.stages is None:
             self.stages = self._build()
         out = []
+        self.stepped = [0] * len(self.stages)  # sub-steps of the rollout so far, per stage
         for env in self.stages:
             obs, _ = env.reset(seed=iteration_seed(self.cfg.actor.seed, seed_key))
             out.append({"obs": obs, "final": None})
@@ -108,7 +109,10 @@ class EnvWorker:
         out = env.chunk_step(act["actions"])
         cut, finals = truncated_finals(out, autoreset_mode(env))
         final = None if finals is None else {**finals, "cut": cut}
-        episodes = {k: np.asarray(v, dtype=float) for k, v in finished_episodes(out.info).items()}
+        episodes = finished_episodes(out, self.stepped[stage], self.cfg.rollout.steps_per_rollout,
+                                     env.max_episode_steps)
+        episodes = {k: np.asarray(v, dtype=float) for k, v in episodes.items()}
+        self.stepped[stage] += out.rewards.shape[1]
         record = {"rewards": out.rewards, "terminated": out.terminated, "truncated": out.truncated,
                   "valid": out.valid, "episodes": episodes, "seconds": time.perf_counter() - t0}
         return {"obs": out.obs, "final": final}, record
