@@ -666,6 +666,42 @@ def test_out_of_range_values_are_refused_naming_the_key_before_the_run_starts(ov
         load_config("cpu_ppo_tiny_put_on_plate", [override])
 
 
+@pytest.mark.parametrize("recipe, overrides, warning", [
+    ("cpu_ppo_tiny_put_on_plate", ["algorithm.success_rate_filter=true"], "success_rate_filter=true is ignored"),
+    ("cpu_ppo_tiny_put_on_plate", ["algorithm.length_normalization=true"], "length_normalization=true is ignored"),
+    ("cpu_grpo_tiny_put_on_plate", ["algorithm.bc_demo_dirs=[demos]"], "bc_demo_dirs are ignored: .*bc_coef is 0"),
+    ("cpu_grpo_tiny_put_on_plate", ["rollout.steps_per_rollout=400"], "every env is idle after its episode, 320"),
+])
+def test_settings_that_would_do_nothing_are_named(recipe, overrides, warning):
+    """Each was accepted in silence: a run trained as if it were not set (or idled most of its rollout)."""
+    from vla_trainer.config import ConfigWarning
+
+    with pytest.warns(ConfigWarning, match=warning):
+        load_config(recipe, overrides)
+
+
+def test_every_shipped_recipe_loads_without_a_warning():
+    import warnings
+
+    from vla_trainer.config import ConfigWarning
+
+    from pathlib import Path
+
+    import vla_trainer
+
+    recipes = sorted(p.stem for p in (Path(vla_trainer.__file__).parent / "recipes").glob("*.yaml"))
+    assert len(recipes) >= 8
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConfigWarning)
+        for recipe in recipes:  # a paper recipe's model is the run's to name
+            load_config(recipe, [] if "cpu_" in recipe else [f"actor.model.model_path={SHIPPED}"])
+
+
+def test_a_critic_warmup_without_a_critic_is_refused():
+    with pytest.raises(ConfigError, match=r"actor\.optim\.critic_warmup_steps: GRPO trains no critic: 3 warm-up"):
+        load_config("cpu_grpo_tiny_put_on_plate", ["actor.optim.critic_warmup_steps=3"])
+
+
 def test_filter_bounds_without_the_filter_are_named_as_ignored():
     from vla_trainer.config import ConfigWarning
 

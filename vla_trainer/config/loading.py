@@ -234,6 +234,11 @@ def validate(cfg: TrainConfig) -> None:
                "adv_type 'gae' needs a critic: use loss_type 'actor_critic'")
         _check(cfg.actor.model.add_value_head, "actor.model.add_value_head",
                "adv_type 'gae' needs the value head: set it to true")
+        for key in ("success_rate_filter", "length_normalization"):  # GRPO's, on its groups and trajectories
+            if getattr(alg, key):
+                warnings.warn(f"algorithm.{key}=true is ignored: it is GRPO's (adv_type 'grpo'); PPO with GAE "
+                              "has neither groups nor per-trajectory weights; set it to false", ConfigWarning,
+                              stacklevel=2)
     else:
         _check(alg.loss_type == "actor", "algorithm.loss_type", "adv_type 'grpo' has no critic: use loss_type 'actor'")
         if cfg.actor.model.add_value_head:
@@ -241,6 +246,9 @@ def validate(cfg: TrainConfig) -> None:
                           "head; set it to false", ConfigWarning, stacklevel=2)
         _check(alg.group_size >= 2, "algorithm.group_size", f"GRPO compares trajectories within a group; "
                f"needs >= 2, got {alg.group_size}")
+        _check(cfg.actor.optim.critic_warmup_steps == 0, "actor.optim.critic_warmup_steps",
+               f"GRPO trains no critic: {cfg.actor.optim.critic_warmup_steps} warm-up iterations would update "
+               "nothing; set it to 0")
     for key, value in (("algorithm.gamma", alg.gamma), ("algorithm.gae_lambda", alg.gae_lambda)):
         _check(0.0 <= value <= 1.0, key, f"must lie in [0, 1], got {value}")
     _check(0.0 <= alg.clip_ratio_low < 1.0, "algorithm.clip_ratio_low", f"must lie in [0, 1), got {alg.clip_ratio_low}")
@@ -265,6 +273,9 @@ def validate(cfg: TrainConfig) -> None:
            f"must be >= 0 (0: actor.micro_batch_size), got {alg.bc_batch_size}")
     _check(alg.bc_coef == 0 or alg.bc_demo_dirs, "algorithm.bc_demo_dirs",
            f"bc_coef={alg.bc_coef} needs demonstrations: set it to a list of vla-envs collect-demos folders")
+    if alg.bc_demo_dirs and alg.bc_coef == 0:
+        warnings.warn("algorithm.bc_demo_dirs are ignored: algorithm.bc_coef is 0 (the behaviour-cloning term "
+                      "is off); set bc_coef > 0 to train on them", ConfigWarning, stacklevel=2)
     sp = alg.sampling_params
     for key in ("temperature_train", "temperature_eval"):
         _check(_positive(getattr(sp, key)), f"algorithm.sampling_params.{key}",
@@ -293,6 +304,12 @@ def validate(cfg: TrainConfig) -> None:
             spec.check_kwargs(dict(env.env_kwargs), evaluation=split == "eval", where=f"env.{split}.env_kwargs.")
         except ValueError as e:
             raise ConfigError(str(e)) from None
+        limit = env.max_episode_steps or spec.max_episode_steps
+        if split == "train" and not env.auto_reset and cfg.rollout.steps_per_rollout > limit:
+            warnings.warn(f"rollout.steps_per_rollout={cfg.rollout.steps_per_rollout} is longer than an episode "
+                          f"({limit} steps) and env.train.auto_reset is false: every env is idle after its "
+                          f"episode, {cfg.rollout.steps_per_rollout - limit} steps of each rollout; set it to "
+                          f"{limit}, or auto_reset to true", ConfigWarning, stacklevel=2)
     _check(ev.num_episodes >= 1 and ev.num_episodes % ev.total_num_envs == 0, "env.eval.num_episodes",
            f"must be a positive multiple of env.eval.total_num_envs ({ev.total_num_envs}), got {ev.num_episodes}")
     _check(alg.group_size >= 1, "algorithm.group_size", f"must be >= 1, got {alg.group_size}")
