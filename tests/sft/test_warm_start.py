@@ -90,10 +90,14 @@ def test_vla_eval_runs_the_shipped_warm_start(tmp_path, monkeypatch, capsys):
     from vla_trainer.cli.eval import resolve_env
 
     args = argparse.Namespace(env_from="maniskill_grpo_openvla", task=None, env_kwargs={}, terminate=None,
-                              greedy=None, temperature=None, top_k=None)
+                              greedy=None, temperature=None, top_k=None, seed=None, num_envs=None, num_episodes=None)
     resolve_env(args)
     assert (args.task, args.terminate, args.top_k, args.recipe_unnorm_key) == (
         "PutOnPlateInScene25Main-v3", False, 50, "bridge_orig")
+    # and its initial states: the recipe's seed, envs per round and episodes
+    paper = load_config("maniskill_grpo_openvla", [f"actor.model.model_path={SHIPPED_WARM_START}"])
+    assert (args.seed, args.num_envs, args.num_episodes) == (
+        paper.actor.seed, paper.env.eval.total_num_envs, paper.env.eval.num_episodes)
 
 
 @pytest.mark.slow

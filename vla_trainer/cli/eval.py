@@ -92,9 +92,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="LIBERO suites, comma-separated, or 'all' (the five of LIBERO-130): per-suite success")
     p.add_argument("--trials-per-task", type=positive_int, default=None,
                    help="LIBERO: official initial states per task (default: 50)")
-    p.add_argument("--num-envs", type=positive_int, default=4)
+    p.add_argument("--num-envs", type=positive_int, default=None,
+                   help="envs stepped together (default: --env-from's env.eval.total_num_envs, else 4)")
     p.add_argument("--num-episodes", type=positive_int, default=None,
-                   help="per task; a multiple of --num-envs (default: 16; LIBERO: --trials-per-task)")
+                   help="per task; a multiple of --num-envs (default: --env-from's env.eval.num_episodes, else 16; "
+                        "LIBERO: --trials-per-task)")
     p.add_argument("--greedy", action=argparse.BooleanOptionalAction, default=None,
                    help="most likely action instead of sampling (default: --env-from's use_greedy, else no)")
     p.add_argument("--temperature", type=positive_float, default=None,
@@ -116,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
                         "env.eval task, env_kwargs, episode end and step limit, and its evaluation sampling "
                         "(temperature_eval, top_k, use_greedy); the options above change them")
     p.add_argument("--vectorization", default="pool", choices=("pool", "serial"))
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=None, help="(default: --env-from's actor.seed, else 0)")
     p.add_argument("--video", type=video_file, default=None,
                    help="write a tiled video of the (first) task's or LIBERO suite's episodes")
     p.add_argument("--out", type=Path, default=None, help="folder for eval.json and eval.md")
@@ -149,7 +151,6 @@ def main(argv: list[str] | None = None) -> int:
     else:
         if args.trials_per_task is not None:
             p.error("--trials-per-task is for --libero; --task and --ood take --num-episodes")
-        args.num_episodes = 16 if args.num_episodes is None else args.num_episodes
     if args.out is not None and (why := unwritable_folder(args.out)):
         p.error(f"--out {args.out}: {why}; give a folder this user can write (eval.json and eval.md go into it)")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -230,20 +231,26 @@ def main(argv: list[str] | None = None) -> int:
 
 def resolve_env(args: argparse.Namespace) -> None:
     """Fills what the command line left open from ``--env-from``'s recipe, as its run evaluated while
-    training (``env.eval``: task, env_kwargs, episode end, step limit; ``algorithm.sampling_params``:
-    temperature_eval, top_k, use_greedy; ``actor.model.unnorm_key``), else from the defaults of a
-    recipe's evaluation. The command line's own values take precedence."""
+    training (``env.eval``: task, env_kwargs, episode end, step limit, envs and episodes;
+    ``algorithm.sampling_params``: temperature_eval, top_k, use_greedy; ``actor.seed``, which with the
+    envs fixes the initial states; ``actor.model.unnorm_key``), else from the defaults of a recipe's
+    evaluation. The command line's own values take precedence."""
     from vla_trainer.config.schema import EnvSplitConfig, SamplingParams
 
     split, sampling, args.recipe_unnorm_key = EnvSplitConfig(ignore_terminations=True), SamplingParams(), None
+    seed = 0
     if args.env_from is not None:
         from vla_trainer.config.loading import load_recipe
         from vla_trainer.config.schema import TrainConfig
 
         # the recipe as written, not validated as a run: a paper recipe leaves the model for its run to name
         cfg = load_recipe(TrainConfig, args.env_from)  # a ConfigError is a ValueError
-        split, sampling = cfg.env.eval, cfg.algorithm.sampling_params
+        split, sampling, seed = cfg.env.eval, cfg.algorithm.sampling_params, cfg.actor.seed
         args.recipe_unnorm_key = cfg.actor.model.unnorm_key
+    args.seed = seed if args.seed is None else args.seed
+    args.num_envs = split.total_num_envs if args.num_envs is None else args.num_envs
+    if getattr(args, "libero", None) is None and args.num_episodes is None:
+        args.num_episodes = split.num_episodes
     if args.task is None:
         args.task = split.task
     args.env_kwargs = {**split.env_kwargs, **args.env_kwargs}
