@@ -309,6 +309,9 @@ def test_a_checkpoint_from_before_a_setting_existed_resumes_while_it_holds_its_d
         check_resumable(older, changed, tmp_path)
     with pytest.raises(ValueError, match=r"algorithm.group_size"):  # a key both hold, changed: refused as ever
         check_resumable(now, {**now, "algorithm.group_size": now["algorithm.group_size"] + 1}, tmp_path)
+    # a run a worker's death stopped resumes with more restarts allowed (a restart changes no data)
+    more = fingerprint(to_dict(load_config("cpu_grpo_tiny_put_on_plate", ["cluster.max_restarts=5"])))
+    check_resumable(now, more, tmp_path)
 
 
 @pytest.mark.reliability(fault="a second trainer started on a run folder that one is training in", cases=1,

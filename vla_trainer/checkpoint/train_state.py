@@ -32,7 +32,10 @@ from .model_io import save_model
 
 # Keys that may change between a run and its resumption: how long / how often, where to log.
 RESUMABLE_CHANGES = ("runner.max_epochs", "runner.max_wall_minutes", "runner.val_check_interval",
-                     "runner.save_interval", "runner.resume_dir", "runner.progress_bar", "runner.logger")
+                     "runner.save_interval", "runner.resume_dir", "runner.progress_bar", "runner.logger",
+                     "cluster.max_restarts")
+"""Keys a resumed run may change: none changes what is trained (a restarted worker reruns the rollout it
+interrupted to the same data), so a run a worker's death stopped resumes with more restarts allowed."""
 
 
 def fingerprint(cfg_dict: dict) -> dict:

@@ -223,7 +223,8 @@ class RayRuntime:
                 if self.workers_replaced > self.cfg.cluster.max_restarts:
                     raise WorkerFailed(f"{e} ({', '.join(replaced)}; cluster.max_restarts="
                                        f"{self.cfg.cluster.max_restarts} restarts allowed, "
-                                       f"{self.workers_replaced} needed)") from e
+                                       f"{self.workers_replaced} needed; resume with runner.resume_dir=auto and a "
+                                       "larger cluster.max_restarts to allow more)") from e
                 warnings.warn(f"{what}: {', '.join(replaced)} died and was restarted ({self.workers_replaced} of "
                               f"cluster.max_restarts={self.cfg.cluster.max_restarts}); running the {what} again",
                               RuntimeWarning, stacklevel=2)
