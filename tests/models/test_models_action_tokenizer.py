@@ -76,3 +76,42 @@ def test_resolve_unnorm_key_and_stats():
         resolve_unnorm_key(stats, None)
     q01, q99, mask = action_stats_tensors(stats, "fractal", 7)
     assert mask.all() and q99.tolist() == [2.0] * 7
+
+
+@pytest.mark.parametrize("convention, model_open, model_close", [
+    ("contract", -1.0, 1.0),
+    ("openvla", 1.0, 0.0),  # OpenVLA's datasets (its LIBERO fine-tunes): [0, 1], 1 open
+    ("panda", 1.0, -1.0),   # the reference's ManiSkill fine-tunes: the raw Panda command, +1 open
+])
+def test_a_checkpoints_gripper_convention_becomes_the_envs_and_back(convention, model_open, model_close):
+    """A reference checkpoint's "open" reached LIBERO as a close (OpenVLA's 1) and its "close" as
+    no command at all (0: robosuite keeps the gripper as it is). Decoded actions carry the envs'
+    -1 open / +1 close; training targets in that convention become the model's own values."""
+    from tiny_vla import policy_for, tiny
+
+    from vla_trainer.models.token_targets import target_token_ids
+
+    stats = {"mixed": {"action": {"q01": [-0.5] * 6 + [0.0], "q99": [0.5] * 6 + [1.0], "mask": [True] * 6 + [False]}}}
+    policy = policy_for(*tiny(norm_stats=stats, action_gripper=convention))
+    # what the model emits for "open" and for "close": a near value each, through the tokenizer
+    emitted = torch.tensor([[[0.1] * 6 + [model_open - 0.1 * np.sign(model_open)]],
+                            [[-0.1] * 6 + [model_close + 0.1 * (1 - abs(model_close))]]])
+    tokens = policy.core.action_tokenizer.encode(emitted)  # the gripper is not normalised (mask false)
+    actions = policy.actions_from_tokens(tokens)
+    assert actions[0, 0, 6] < -0.8 and actions[1, 0, 6] > 0.8  # open, close
+    np.testing.assert_allclose(actions[:, 0, :6], [[0.05] * 6, [-0.05] * 6], atol=0.01)  # un-normalised only
+    # a demo's chunk (the envs' convention) -> the model's tokens -> the same actions again
+    demo = np.array([[[0.2, -0.1, 0.0, 0.05, 0.0, -0.05, -1.0], [0.0] * 6 + [1.0]]], np.float32)
+    again = policy.actions_from_tokens(target_token_ids(policy, demo))
+    np.testing.assert_allclose(again[..., 6], demo[..., 6], atol=0.01)
+    np.testing.assert_allclose(again[..., :6], demo[..., :6], atol=0.01)
+
+
+def test_the_gripper_convention_is_checked():
+    from tiny_vla import tiny
+
+    from vla_trainer.models import ConfigMismatchError
+
+    with pytest.raises(ConfigMismatchError, match="action_gripper: 'bridge' is not one of contract, openvla, panda"):
+        tiny(action_gripper="bridge")
+    assert tiny()[0].config.action_gripper == "contract"  # what our own SFT trains

@@ -292,6 +292,8 @@ def test_config_from_official_7b():
     assert config.fused_vision_config.hidden_act == "gelu" and config.vision_config.num_register_tokens == 4
     assert config.norm_stats["bridge_orig"]["action"]["mask"][-1] is False
     assert config.prompt_end_token_id == 29871
+    assert config.action_gripper == "openvla"  # its datasets' gripper: [0, 1], 1 open
+    assert config_from_official(OFFICIAL_7B_CONFIG, action_gripper="panda").action_gripper == "panda"
     with pytest.raises(ConfigMismatchError, match="'vision_backbone_id'"):
         config_from_official({**OFFICIAL_7B_CONFIG, "vision_backbone_id": "siglip-vit-so400m"})
 

@@ -266,6 +266,9 @@ def config_from_official(official: dict, *, oft: bool = False, **overrides) -> O
         n_action_bins=official.get("n_action_bins", 256),
         pad_token_id=official.get("pad_token_id", 32000),
         norm_stats=official.get("norm_stats") or {},
+        # OpenVLA's datasets give the gripper in [0, 1], 1 open; the reference's ManiSkill fine-tunes
+        # give the Panda's raw command: convert those with action_gripper="panda"
+        action_gripper="openvla",
     )
     fields.update(overrides)
     return (OpenVLAOFTConfig if oft else OpenVLAConfig)(**fields)

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from .action_tokenizer import action_stats_tensors, resolve_unnorm_key, unnormalize_actions
+from .action_tokenizer import action_stats_tensors, gripper_to_contract, resolve_unnorm_key, unnormalize_actions
 from .errors import InvalidInputError
 from .tokenizer import check_tokenizer, tokenize_prompts
 from .vision import images_to_pixel_values
@@ -231,9 +231,11 @@ class VLAPolicy:
         return PolicyInputs(pixel_values, input_ids, attention_mask, proprio).to(self.device)
 
     def actions_from_tokens(self, action_token_ids: torch.Tensor) -> torch.Tensor:
-        """Token ids ``[N, C, A]`` -> env actions float32 ``[N, C, A]`` (decode, un-normalise, clip)."""
+        """Token ids ``[N, C, A]`` -> env actions float32 ``[N, C, A]`` (decode, un-normalise, the
+        gripper in the envs' convention, clip)."""
         normalized = self.core.action_tokenizer.decode(action_token_ids)
         actions = unnormalize_actions(normalized, self.q01, self.q99, self.mask)
+        actions = gripper_to_contract(actions, self.config.action_gripper)
         return actions.clamp(-1.0, 1.0) if self.clip_actions else actions
 
     @torch.no_grad()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from .action_tokenizer import gripper_from_contract
 from .openvla import VLAOutput
 from .policy import PolicyInputs, VLAPolicy
 
@@ -32,7 +33,7 @@ def normalize_actions(
 
 def target_token_ids(policy: VLAPolicy, action_chunk: np.ndarray) -> torch.Tensor:
     """Env action chunks float ``[M, C, 7]`` -> action token ids int64 ``[M, C, 7]``."""
-    actions = torch.as_tensor(action_chunk, dtype=torch.float32)
+    actions = gripper_from_contract(torch.as_tensor(action_chunk, dtype=torch.float32), policy.config.action_gripper)
     normalized = normalize_actions(actions, policy.q01, policy.q99, policy.mask)
     return policy.core.action_tokenizer.encode(normalized)
 
