@@ -96,7 +96,12 @@ def test_build_samples_from_folders_recorded_at_two_image_sizes(tmp_path):
     small = write_demos(tmp_path / "small", image_size=IMAGE, episodes=1, steps=3)
     large = write_demos(tmp_path / "large", image_size=2 * IMAGE, episodes=1, steps=3)
     samples = build_samples([small, large], chunk_size=2)
-    assert samples.image.shape == (6, 2 * IMAGE, 2 * IMAGE, 3)  # the larger size; the model resizes after
+    assert samples.image.shape == (6, 2 * IMAGE, 2 * IMAGE, 3)  # the larger size, when no size is asked
+    # at the model's size each frame is resized once: the small folder's frames come back as recorded,
+    # not blurred by a trip up to the large size and down again
+    at_model = build_samples([small, large], chunk_size=2, image_size=IMAGE)
+    assert at_model.image.shape == (6, IMAGE, IMAGE, 3)
+    np.testing.assert_array_equal(at_model.image[:3], build_samples(small, chunk_size=2).image)
 
 
 def test_first_frame_repeats_draw_each_episodes_first_frame_that_often(tmp_path):
@@ -185,7 +190,12 @@ def test_demo_folders_agree_on_their_scene_whatever_their_contract_options(tmp_p
     assert demos_env([demos, corrections])["env_kwargs"] == {"camera_crop": crop, "low_poly": True}
     other = folder("other", image_size=64, camera_crop=[0, 0, 640, 480], low_poly=True)
     with pytest.warns(UserWarning, match=r"other scene options \(camera_crop: .*demos: \[\[190, 80, 460, 350\]\]"):
-        assert demos_env([demos, other])["env_kwargs"] is None
+        assert demos_env([demos, other])["env_kwargs"] == {"low_poly": True}  # what they agree on
+    # real episodes (franka-eval records the crop, not the simulator's options) with simulated demos:
+    # the crop both were made with is the model's, recorded so serving crops the real frames alike
+    real = folder("real", image_size=64, camera_crop=crop)
+    with pytest.warns(UserWarning, match=r"other scene options \(low_poly"):
+        assert demos_env([demos, real])["env_kwargs"] == {"camera_crop": crop}
 
 
 def test_a_warm_start_run_refuses_demos_of_another_scene_than_its_recipe_now_gives(tmp_path):

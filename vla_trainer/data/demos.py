@@ -113,10 +113,12 @@ def scene_options(env_kwargs: dict) -> dict:
 
 
 def demos_env(demo_dirs: DemoFolders) -> dict:
-    """``{"env_id", "env_kwargs"}``: the env the demos were recorded in and its scene options
-    (``scene_options``), each when every folder records the same (else None; folders recorded with
-    other scene options, e.g. another crop, are named in a warning: the model's view is then not
-    recorded, and serving needs it given)."""
+    """``{"env_id", "env_kwargs"}``: the env the demos were recorded in, when every folder records
+    the same (else None), and the scene options (``scene_options``) every folder records alike:
+    simulated demos and real episodes share their ``camera_crop`` though only the simulated ones
+    name their assets. Options the folders record differently are named in a warning and left out
+    (another crop: the model's view is then not recorded, and serving needs it given); None when a
+    folder records none."""
     folders = demo_folders(demo_dirs)
     indexes = [load_index(folder) for folder in folders]
     ids = [index.get("env_id") for index in indexes]
@@ -125,11 +127,14 @@ def demos_env(demo_dirs: DemoFolders) -> dict:
         differ = sorted({key for s in scenes for key in {*s, *scenes[0]} if s.get(key) != scenes[0].get(key)})
         warnings.warn(f"the demo folders were recorded with other scene options ({', '.join(differ)}: "
                       + "; ".join(f"{folder}: {[s.get(key) for key in differ]}" for folder, s in zip(folders, scenes))
-                      + "); the model's env options are not recorded, so give serving its camera_crop / camera_file",
-                      stacklevel=2)
+                      + "); those are not recorded with the model, so give serving its camera_crop / camera_file "
+                      "if they are among them", stacklevel=2)
     same = lambda found, kind: (found[0] if found and isinstance(found[0], kind)  # noqa: E731
                                 and all(f == found[0] for f in found) else None)
-    return {"env_id": same(ids, str), "env_kwargs": same(scenes, dict)}
+    shared = None
+    if scenes and all(s is not None for s in scenes):
+        shared = {k: v for k, v in scenes[0].items() if all(k in s and s[k] == v for s in scenes)}
+    return {"env_id": same(ids, str), "env_kwargs": shared}
 
 
 ACTION_DIM = 7
@@ -154,16 +159,17 @@ def trained_episodes(demo_dirs: DemoFolders) -> list[dict[str, np.ndarray]]:
     return episodes
 
 
-def build_samples(demo_dir: DemoFolders, chunk_size: int) -> SFTSamples:
+def build_samples(demo_dir: DemoFolders, chunk_size: int, image_size: int | None = None) -> SFTSamples:
     """One sample per step of every successful episode in ``demo_dir`` (one folder or several;
-    see ``vla_envs.demos``): behaviour cloning copies what succeeded, never a failure.
+    see ``vla_envs.demos``): behaviour cloning copies what succeeded, never a failure. Images at
+    ``image_size`` (the model's; see ``stack_images``).
 
     Raises:
         FileNotFoundError / ValueError: not a demo folder, or it holds no successful steps.
     """
     episodes = trained_episodes(demo_dir)
     return SFTSamples(
-        image=stack_images(episodes),
+        image=stack_images(episodes, image_size),
         state=np.concatenate([e["state"] for e in episodes]).astype(np.float32),
         instruction=[str(e["instruction"]) for e in episodes for _ in range(len(e["action"]))],
         action_chunk=np.concatenate([action_chunks(e["action"], chunk_size) for e in episodes]),
@@ -203,13 +209,16 @@ def epoch_pool(samples: SFTSamples, first_frame_repeats: int, release_frame_repe
                           + [release] * (release_frame_repeats - 1))
 
 
-def stack_images(episodes: list[dict[str, np.ndarray]]) -> np.ndarray:
-    """Every episode's images in one uint8 array ``[M, S, S, 3]``: folders recorded at other (square)
-    sizes are resized to the largest; the model resizes them to its own after.
+def stack_images(episodes: list[dict[str, np.ndarray]], size: int | None = None) -> np.ndarray:
+    """Every episode's images in one uint8 array ``[M, S, S, 3]``, each resized once, straight to
+    ``size`` (the model's: a frame resized up to another folder's size and down again would be a
+    blurred one the env never serves); None: folders recorded at other (square) sizes go to the largest.
 
     Raises:
-        ValueError: images of several sizes that are not all square.
+        ValueError: images of several sizes that are not all square (with ``size`` None).
     """
+    if size is not None:
+        return np.concatenate([resize_images(e["image"], size) for e in episodes])
     sizes = sorted({tuple(e["image"].shape[1:3]) for e in episodes})
     if len(sizes) == 1:
         return np.concatenate([e["image"] for e in episodes])

@@ -16,7 +16,7 @@ import torch
 
 from vla_trainer.config.loading import ConfigError
 from vla_trainer.config.schema import TrainConfig
-from vla_trainer.data import SFTSamples, build_samples, resize_images
+from vla_trainer.data import SFTSamples, build_samples
 from vla_trainer.models import VLAPolicy
 from vla_trainer.models.token_targets import nll_loss, target_token_ids
 
@@ -36,8 +36,7 @@ class DemoBatches:
     @classmethod
     def load(cls, demo_dirs: list[str], policy: VLAPolicy) -> "DemoBatches":
         """Raises FileNotFoundError / ValueError naming a folder that is not a demo folder or holds no steps."""
-        samples = build_samples(demo_dirs, policy.chunk_size)
-        samples.image = resize_images(samples.image, policy.config.image_size)
+        samples = build_samples(demo_dirs, policy.chunk_size, policy.config.image_size)
         return cls(samples, target_token_ids(policy, samples.action_chunk))
 
     def __len__(self) -> int:

@@ -186,8 +186,7 @@ def train_sft(
     rng = np.random.default_rng(cfg.seed)
 
     # data: samples at the model's image size, targets as action token ids
-    samples = build_samples(demo_dir, policy.chunk_size)
-    samples.image = resize_images(samples.image, policy.config.image_size)
+    samples = build_samples(demo_dir, policy.chunk_size, policy.config.image_size)
     tokens = target_token_ids(policy, samples.action_chunk)
     scene_head, scene_z = None, None
     if cfg.scene_loss_weight > 0:

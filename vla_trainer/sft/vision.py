@@ -25,7 +25,7 @@ from tqdm import tqdm
 
 from vla_envs.demos import load_index
 from vla_trainer.checkpoint import check_model_out_dir
-from vla_trainer.data import (TARGETS_PER_BODY, DemoFolders, demo_folders, load_episodes, resize_images, scene_targets,
+from vla_trainer.data import (TARGETS_PER_BODY, DemoFolders, demo_folders, load_episodes, scene_targets,
                               stack_images)
 from vla_trainer.models import VLAPolicy
 from vla_trainer.models.vision import images_to_pixel_values
@@ -56,7 +56,7 @@ def load_scene_frames(demo_dirs: DemoFolders, image_size: int) -> tuple[np.ndarr
     episodes = [e for e in load_episodes(demo_dirs) if len(e["action"])]
     if not episodes:
         raise ValueError(f"{demo_dirs}: the demo folders hold no episodes with steps")
-    images = resize_images(stack_images(episodes), image_size)
+    images = stack_images(episodes, image_size)
     targets = np.concatenate([scene_targets(e["scene"]) for e in episodes])
     episode = np.concatenate([np.full(len(e["action"]), i) for i, e in enumerate(episodes)])
     names = [f"{b}.{t}" for b in bodies for t in TARGETS_PER_BODY]
