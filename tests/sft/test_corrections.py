@@ -128,3 +128,24 @@ def test_cli_records_only_the_experts_part(tmp_path, capsys, monkeypatch):
     bad[bad.index("--expert-kwargs") + 1] = '{"speed": 0.3}'
     assert cli_main(bad) == 2
     assert "unexpected keyword argument 'speed'" in capsys.readouterr().err and not (tmp_path / "other").exists()
+
+
+def test_corrections_act_in_the_scene_the_checkpoint_was_trained_in(tmp_path):
+    """The shipped warm start was trained on a crop of the low-poly scene: run in the default env, it
+    acted on a full view it never saw. Its recorded scene is the default; the command line changes it."""
+    from shipped_paths import SHIPPED_WARM_START
+
+    from vla_trainer.cli.train import corrections_env
+    from vla_trainer.deploy.serve import training_env
+
+    task, trained = training_env(SHIPPED_WARM_START)
+    env_id, kwargs = corrections_env(SHIPPED_WARM_START, None, {"time_limit": 24})
+    assert env_id == task and kwargs["camera_crop"] == trained["camera_crop"] and kwargs["time_limit"] == 24
+    assert "image_size" not in kwargs  # how the demos ran, not what they show: the policy's own size is used
+    assert corrections_env(SHIPPED_WARM_START, "PutOnPlateInScene25VisionImage-v3", {"low_poly": False})[0] == \
+        "PutOnPlateInScene25VisionImage-v3"
+    assert corrections_env(SHIPPED_WARM_START, None, {"low_poly": False})[1]["low_poly"] is False
+    model, tok = tiny("tiny-openvla-oft", seed=0)  # a model that records nothing: the default task, as given
+    model.save_pretrained(tmp_path / "bare")
+    tok.save_pretrained(tmp_path / "bare")
+    assert corrections_env(tmp_path / "bare", None, {}) == ("PutOnPlateInScene25Main-v3", {})

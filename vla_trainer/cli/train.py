@@ -212,7 +212,9 @@ def cmd_collect_corrections(args: argparse.Namespace) -> int:
         return 2
     try:
         policy = checkpoint_policy(args.checkpoint, unnorm_key=args.unnorm_key)
-        summary = collect_corrections(policy, args.env_id, args.out, args.episodes,
+        env_id, env_kwargs = corrections_env(args.checkpoint, args.env_id, env_kwargs)
+        print(f"acting in {env_id} with {env_kwargs}", file=sys.stderr, flush=True)  # stdout: the summary
+        summary = collect_corrections(policy, env_id, args.out, args.episodes,
                                       handover_steps=handover, grasp_delays=grasp_delays,
                                       only_held=args.only_held, num_envs=args.num_envs, env_kwargs=env_kwargs,
                                       temperature=args.temperature, seed=args.seed, only_success=args.only_success,
@@ -222,6 +224,20 @@ def cmd_collect_corrections(args: argparse.Namespace) -> int:
         return 2
     print(json.dumps(summary, indent=1))
     return 0
+
+
+def corrections_env(checkpoint: Path, env_id: str | None, env_kwargs: dict) -> tuple[str, dict]:
+    """The env ``collect-corrections`` runs the policy in: the scene the checkpoint was trained in
+    (its task and scene options: crop, assets, render path, as recorded), which ``--env-id`` and
+    ``--env-kwargs`` change; PutOnPlateInScene25Main-v3 where nothing is recorded. A policy acting
+    on a view it never saw hands over in states the demos never reach, and its frames would not
+    join them."""
+    from vla_trainer.checkpoint import resolve_model_dir
+    from vla_trainer.data.demos import scene_options
+    from vla_trainer.deploy.serve import training_env
+
+    task, trained = training_env(resolve_model_dir(checkpoint))
+    return env_id or task or "PutOnPlateInScene25Main-v3", {**scene_options(trained), **env_kwargs}
 
 
 class Terminated(KeyboardInterrupt):
@@ -446,7 +462,8 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--checkpoint", type=Path, required=True,
                    help="the policy: a model folder, training checkpoint or run folder")
     k.add_argument("--out", type=Path, required=True, help="demo folder to write (new)")
-    k.add_argument("--env-id", default="PutOnPlateInScene25Main-v3", help="a task with a scripted expert")
+    k.add_argument("--env-id", default=None, help="a task with a scripted expert (default: the one the checkpoint "
+                   "was trained in, with its scene options; else PutOnPlateInScene25Main-v3)")
     k.add_argument("--episodes", type=positive_int, default=100, help="episodes to run (default: %(default)s)")
     k.add_argument("--handover-steps", default="8,16",
                    help="env steps the policy acts before the expert takes over, one drawn per episode; "
@@ -459,7 +476,8 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--num-envs", type=positive_int, default=2)
     k.add_argument("--temperature", type=positive_float, default=0.6, help="the policy's sampling temperature")
     k.add_argument("--seed", type=int, default=0)
-    k.add_argument("--env-kwargs", type=json_object, default="{}", help="JSON of extra gym.make arguments")
+    k.add_argument("--env-kwargs", type=json_object, default="{}",
+                   help="JSON of gym.make arguments, over the checkpoint's recorded scene options")
     k.add_argument("--all", dest="only_success", action="store_false", help="keep episodes the expert failed too")
     k.add_argument("--unnorm-key", default=None, help=UNNORM_KEY_HELP)
     k.add_argument("--expert-kwargs", type=json_object, default="{}",
