@@ -22,6 +22,7 @@ A demo folder holds one ``episode_XXXXXX.npz`` per episode plus ``index.json``::
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import zipfile
@@ -118,16 +119,38 @@ class EpisodeRecorder:
             name = f"episode_{self._next:06d}.npz"
             self._next += 1
             scene = {"scene": np.stack(b["scene"]).astype(np.float32)} if b["scene"] else {}
-            np.savez_compressed(self.folder / name, image=np.stack(b["image"]), state=np.stack(b["state"]),
-                                action=np.stack(b["action"]).astype(np.float32),
-                                reward=np.asarray(b["reward"], np.float32), success=np.asarray(b["success"], bool),
-                                instruction=np.asarray(instruction), state_id=np.asarray(state_id), **scene)
+            # each file on the disk before a name points at it: after a power loss the index lists
+            # only whole episodes (a real robot's session is not lost to one cut-off file)
+            with _written_then_renamed(self.folder / name) as f:
+                np.savez_compressed(f, image=np.stack(b["image"]), state=np.stack(b["state"]),
+                                    action=np.stack(b["action"]).astype(np.float32),
+                                    reward=np.asarray(b["reward"], np.float32),
+                                    success=np.asarray(b["success"], bool),
+                                    instruction=np.asarray(instruction), state_id=np.asarray(state_id), **scene)
             self.index["episodes"].append({"file": name, "instruction": instruction, "state_id": int(state_id),
                                            **{k: float(v) for k, v in episode.items()}, **(extra or {})})
-            tmp = self.folder / f".index.{os.getpid()}.tmp"
-            tmp.write_text(json.dumps(self.index, indent=1))
-            tmp.replace(self.folder / "index.json")
+            with _written_then_renamed(self.folder / "index.json") as f:
+                f.write(json.dumps(self.index, indent=1).encode())
         return kept
+
+
+@contextlib.contextmanager
+def _written_then_renamed(path: Path):
+    """A binary file to fill, flushed to the disk and renamed to ``path`` (then the folder's entry)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        tmp.replace(path)
+        folder = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(folder)
+        finally:
+            os.close(folder)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def load_index(folder: str | Path) -> dict[str, Any]:

@@ -863,6 +863,7 @@ def test_collect_demos_writes_the_documented_format(asset_root, tmp_path, monkey
     assert index["scene_bodies"] == ["tcp", "object", "plate"] and ep["scene"].shape == (12, 21)
     object_xy = ep["scene"][0, 7:9]
     assert np.all(np.abs(object_xy - episodes.GRID_CENTER_XY) <= episodes.GRID_HALF_EDGE_M + 0.01)
+    assert sorted(p.name for p in out.iterdir()) == ["episode_000000.npz", "index.json"]  # no temporary file left
     # the same command again must not overwrite these demos
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     assert main(["collect-demos", "PutOnPlateInScene25Main-v3", "--episodes", "1", "--out", str(out)]) == 2
