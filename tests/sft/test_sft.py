@@ -112,6 +112,13 @@ def test_first_frame_repeats_draw_each_episodes_first_frame_that_often(tmp_path)
     assert epoch_pool(samples, 1) == len(samples)  # the plain epoch: same shuffles as before the option
     counts = np.bincount(epoch_pool(samples, 4), minlength=len(samples))
     np.testing.assert_array_equal(np.flatnonzero(counts == 4), [0, 5, 10])
+    # a correction's recorded part starts at its hand-over: no first frame of an episode to repeat
+    index = json.loads((b / "index.json").read_text())
+    index["episodes"][0]["handover_step"] = 8
+    (b / "index.json").write_text(json.dumps(index))
+    samples = build_samples([a, b], chunk_size=4)
+    np.testing.assert_array_equal(samples.episode_step[10:], range(8, 15))
+    np.testing.assert_array_equal(np.flatnonzero(np.bincount(epoch_pool(samples, 4)) == 4), [0, 5])
     assert (np.delete(counts, [0, 5, 10]) == 1).all()
     with pytest.raises(ValueError, match="first_frame_repeats=0: an integer >= 1"):
         SFTConfig(steps=1, batch_size=2, lr=1e-3, first_frame_repeats=0)

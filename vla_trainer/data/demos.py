@@ -30,7 +30,8 @@ class SFTSamples:
         action_chunk: float32 ``[M, C, 7]`` env actions ``actions[t : t + C]``, end-padded.
         scene: float32 ``[M, 5 K]`` scene targets (``data.scene.scene_targets``) of demos that record
             the expert's poses, else None.
-        episode_step: int ``[M]``, each sample's step in its episode (0: the episode's first frame).
+        episode_step: int ``[M]``, each sample's step in its episode (0: the episode's first frame;
+            a correction's recorded part starts at its ``handover_step``).
         holds_release: bool ``[M]``, True where the sample's action chunk holds the step at which
             the gripper first opens after closing (the release of a pick and place).
     """
@@ -87,7 +88,8 @@ def load_episodes(demo_dirs: DemoFolders, only_success: bool = False) -> list[di
     those whose index entry records ``success_once`` (recordings of the real robot, and demos
     collected with ``--all``, hold failed episodes too). Episodes a dry run recorded (``franka-eval
     --dry-run``: actions never executed, images of an arm that did not move) are left out, with a
-    warning."""
+    warning. A correction episode (``vla-train collect-corrections``: its recorded part starts at the
+    hand-over) carries its ``handover_step`` as ``first_step``."""
     episodes = []
     for folder in demo_folders(demo_dirs):
         index, arrays = load_demos(folder)
@@ -96,8 +98,10 @@ def load_episodes(demo_dirs: DemoFolders, only_success: bool = False) -> list[di
         if dry:
             warnings.warn(f"{folder}: {dry} of {len(entries)} episodes were recorded in a dry run (nothing moved); "
                           "left out", stacklevel=2)
-        episodes += [e for entry, e in zip(entries, arrays) if not entry.get("dry_run")
-                     and (not only_success or float(entry.get("success_once", 1.0)) > 0.5)]
+        kept = [(entry, e) for entry, e in zip(entries, arrays) if not entry.get("dry_run")
+                and (not only_success or float(entry.get("success_once", 1.0)) > 0.5)]
+        episodes += [{**e, "first_step": int(entry["handover_step"])} if "handover_step" in entry else e
+                     for entry, e in kept]
     return episodes
 
 
@@ -175,7 +179,7 @@ def build_samples(demo_dir: DemoFolders, chunk_size: int, image_size: int | None
         action_chunk=np.concatenate([action_chunks(e["action"], chunk_size) for e in episodes]),
         scene=(np.concatenate([scene_targets(e["scene"]) for e in episodes])
                if all("scene" in e for e in episodes) else None),
-        episode_step=np.concatenate([np.arange(len(e["action"])) for e in episodes]),
+        episode_step=np.concatenate([e.get("first_step", 0) + np.arange(len(e["action"])) for e in episodes]),
         holds_release=np.concatenate([release_chunks(e["action"], chunk_size) for e in episodes]),
     )
 
