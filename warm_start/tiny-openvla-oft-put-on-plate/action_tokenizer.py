@@ -158,6 +158,26 @@ def unnormalize_actions(
     return torch.where(mask, scaled, actions)
 
 
+def gripper_to_contract(actions: torch.Tensor, convention: str) -> torch.Tensor:
+    """The envs' gripper command (-1 open, +1 close) in the last dimension of un-normalised model
+    actions of ``convention`` (``OpenVLAConfig.action_gripper``); the other dimensions as they are."""
+    if convention == "contract":
+        return actions
+    g = actions[..., -1]
+    g = -torch.sign(2.0 * g - 1.0) if convention == "openvla" else -g  # "panda": +1 open
+    return torch.cat([actions[..., :-1], g.unsqueeze(-1)], dim=-1)
+
+
+def gripper_from_contract(actions: torch.Tensor, convention: str) -> torch.Tensor:
+    """``gripper_to_contract``'s inverse for training targets: -1 (open) -> 1 and +1 (close) -> 0 under
+    ``"openvla"``, the sign flipped under ``"panda"``."""
+    if convention == "contract":
+        return actions
+    g = actions[..., -1]
+    g = 0.5 * (1.0 - g) if convention == "openvla" else -g
+    return torch.cat([actions[..., :-1], g.unsqueeze(-1)], dim=-1)
+
+
 def identity_norm_stats(action_dim: int = 7, key: str = "identity") -> dict:
     """Statistics under which un-normalisation is the identity (q01 = -1, q99 = 1)."""
     return {

@@ -64,6 +64,10 @@ LLAMA2_7B_OPENVLA = dict(
 )
 
 
+ACTION_GRIPPER_CONVENTIONS = ("contract", "openvla", "panda")
+"""``OpenVLAConfig.action_gripper``'s values."""
+
+
 class OpenVLAConfig(PreTrainedConfig):
     """OpenVLA: fused DINOv2 + SigLIP vision, fused MLP projector, Llama-2, one action per step.
 
@@ -95,6 +99,12 @@ class OpenVLAConfig(PreTrainedConfig):
       object is from this one token instead of having to find the object's patch; a linear
       read-out of the flattened patches predicts the first reach twice as well as the mean,
       where attention over the patches learned little of it (``docs/results.md``).
+    * ``action_gripper``: what the model's last action dimension means, turned into the envs'
+      gripper command (-1 open, +1 close) when actions are decoded and back for training targets:
+      ``"contract"`` (that command itself: every model our SFT trains), ``"openvla"`` (``[0, 1]``,
+      1 open: OpenVLA's datasets, its LIBERO fine-tunes included; ``-sign(2a - 1)``, as the
+      reference converts them for LIBERO), ``"panda"`` (ManiSkill's raw Panda command, +1 open:
+      the reference's ManiSkill fine-tunes; ``-a``).
     * ``proprio_dim``: 0 (the official OpenVLA) or the width of the robot state the policy also
       reads (``obs["state"]``), as OpenVLA-OFT's proprio input: z-scored with ``proprio_stats``
       (``{"mean": [...], "std": [...]}``, from the demos it was trained on) and projected by a
@@ -135,6 +145,7 @@ class OpenVLAConfig(PreTrainedConfig):
     layout_token: str = "none"
     proprio_dim: int = 0
     proprio_stats: dict | None = None
+    action_gripper: str = "contract"
     initializer_range: float = 0.02
     tie_word_embeddings: bool = False
 
@@ -213,6 +224,8 @@ class OpenVLAConfig(PreTrainedConfig):
             fail("pad_token_id", f"{self.pad_token_id} is outside the embedding table")
         if self.action_dim < 1:
             fail("action_dim", f"must be >= 1, got {self.action_dim}")
+        if self.action_gripper not in ACTION_GRIPPER_CONVENTIONS:
+            fail("action_gripper", f"{self.action_gripper!r} is not one of {', '.join(ACTION_GRIPPER_CONVENTIONS)}")
         if self.chunk_size < 1:
             fail("chunk_size", f"must be >= 1, got {self.chunk_size}")
         if self.value_type not in (None, *VALUE_TYPES):
