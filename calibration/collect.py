@@ -47,9 +47,10 @@ DEFAULT_MARGIN_M = 0.02
 DEFAULT_TILT_DEG = (15.0, 30.0)
 DEFAULT_MAX_YAW_DEG = 25.0
 DEFAULT_MAX_VIEW_ANGLE_DEG = 45.0
-ORIENTATION_MARGIN_DEG = 3.0
-"""Poses keep this far inside the orientation window: the measured orientation, which the layer checks,
-differs from the target by a fraction of a degree."""
+ORIENTATION_MARGIN_DEG = 2.0
+"""Largest tilt and yaw keep this far inside the target window (the orientation window less the
+limits' ``orientation_margin_rad``), each pose at least half of it: the arm comes to rest a fraction
+of a degree off a pose, and a pose on the edge would have the layer turn it back."""
 MIN_TILT_DEG = 10.0
 """Narrower orientation windows cannot rotate the board enough for hand-eye."""
 ACTION_TRANSLATION_MAX_M = 0.1
@@ -71,7 +72,8 @@ class PoseNotReachedError(CalibrationError):
 
 def pose_limit_problems(T_base_from_tcp: np.ndarray, limits: SafetyLimits, margin_m: float = 0.0) -> list[str]:
     """Why a TCP pose lies outside the box the safety limits command targets in (``target_box_m``,
-    shrunk by ``margin_m`` more) or their orientation window; empty when it is inside both."""
+    shrunk by ``margin_m`` more) or the window they command orientations in (the orientation window
+    less ``orientation_margin_rad``); empty when it is inside both."""
     from real_robot.safety import orientation_excess_rad
 
     problems = []
@@ -84,11 +86,12 @@ def pose_limit_problems(T_base_from_tcp: np.ndarray, limits: SafetyLimits, margi
         elif value > hi - margin:
             problems.append(f"{axis} = {value:.3f} m is above workspace_max_m {hi:.3f}"
                             + (f" - margin {margin:g}" if margin else ""))
-    excess = orientation_excess_rad(np.asarray(T_base_from_tcp, dtype=float)[:3, :3], limits)
+    excess = orientation_excess_rad(np.asarray(T_base_from_tcp, dtype=float)[:3, :3], limits,
+                                    limits.orientation_margin_rad)
     if excess > 1e-9:
         problems.append(f"its orientation is {math.degrees(excess):.1f} deg outside the orientation window "
                         f"(max_tilt_rad {limits.max_tilt_rad:g}, max_yaw_rad {limits.max_yaw_rad:g} about "
-                        f"reference_quaternion_wxyz)")
+                        f"reference_quaternion_wxyz, less orientation_margin_rad {limits.orientation_margin_rad:g})")
     return problems
 
 
@@ -120,8 +123,8 @@ def calibration_poses(limits: SafetyLimits, n: int = 15, rng: np.random.Generato
             stay in the camera's view).
         margin_m: distance kept from that box's faces.
         tilt_deg: (smallest, largest) tilt of the TCP's z axis from the reference, capped at the
-            window's ``max_tilt_rad`` less 3 deg.
-        max_yaw_deg: largest yaw about the reference z axis (capped likewise by ``max_yaw_rad``).
+            window's ``max_tilt_rad`` less its ``orientation_margin_rad`` and ``ORIENTATION_MARGIN_DEG``.
+        max_yaw_deg: largest yaw about the reference z axis (capped likewise from ``max_yaw_rad``).
         max_view_angle_deg: with ``camera_position_m``: the largest angle between the board's
             normal and the direction to the camera.
         max_tries: draws per pose before giving up.
@@ -147,15 +150,19 @@ def calibration_poses(limits: SafetyLimits, n: int = 15, rng: np.random.Generato
     centre = mid if centre_m is None else np.clip(np.asarray(centre_m, dtype=float).reshape(3), lo_box, hi_box)
     lo, hi = np.maximum(lo_box, centre - half_extent_m), np.minimum(hi_box, centre + half_extent_m)
 
-    tilt_max = min(tilt_deg[1], math.degrees(limits.max_tilt_rad) - ORIENTATION_MARGIN_DEG)
+    # the target window, in which the safety layer commands orientations
+    window_tilt_deg = math.degrees(limits.max_tilt_rad - limits.orientation_margin_rad)
+    window_yaw_deg = math.degrees(limits.max_yaw_rad - limits.orientation_margin_rad)
+    tilt_max = min(tilt_deg[1], window_tilt_deg - ORIENTATION_MARGIN_DEG)
     if tilt_max < MIN_TILT_DEG:
         raise ValueError(f"the orientation window (max_tilt_rad={limits.max_tilt_rad:g}) allows tilts up to "
-                         f"{tilt_max:.1f} deg inside its margin; hand-eye needs >= {MIN_TILT_DEG:g} deg: widen it "
+                         f"{tilt_max:.1f} deg inside its margins; hand-eye needs >= {MIN_TILT_DEG:g} deg: widen it "
                          "in the safety limits file for the calibration")
     tilt_min = min(tilt_deg[0], tilt_max)
-    yaw_max = max(0.0, min(max_yaw_deg, math.degrees(limits.max_yaw_rad) - ORIENTATION_MARGIN_DEG))
-    inner = replace(limits, max_tilt_rad=math.radians(tilt_max + 0.5 * ORIENTATION_MARGIN_DEG),
-                    max_yaw_rad=math.radians(yaw_max + 0.5 * ORIENTATION_MARGIN_DEG))
+    yaw_max = max(0.0, min(max_yaw_deg, window_yaw_deg - ORIENTATION_MARGIN_DEG))
+    inner = replace(limits, orientation_margin_rad=0.0,
+                    max_tilt_rad=math.radians(min(window_tilt_deg, tilt_max + 0.5 * ORIENTATION_MARGIN_DEG)),
+                    max_yaw_rad=math.radians(min(window_yaw_deg, yaw_max + 0.5 * ORIENTATION_MARGIN_DEG)))
     R_ref = quaternion_wxyz_to_matrix(limits.reference_quaternion_wxyz)
     camera = None if camera_position_m is None else np.asarray(camera_position_m, dtype=float).reshape(3)
     if camera is not None:
@@ -186,7 +193,8 @@ def calibration_poses(limits: SafetyLimits, n: int = 15, rng: np.random.Generato
             if camera is None or outside_window > max_tries // 2:
                 raise ValueError(f"{outside_window} of {max_tries} draws of pose {k + 1} fell outside the orientation "
                                  f"window (max_tilt_rad={limits.max_tilt_rad:g}, max_yaw_rad={limits.max_yaw_rad:g}, "
-                                 f"less a {0.5 * ORIENTATION_MARGIN_DEG:g} deg margin): lower tilt_deg or max_yaw_deg, "
+                                 f"less orientation_margin_rad={limits.orientation_margin_rad:g} and "
+                                 f"{0.5 * ORIENTATION_MARGIN_DEG:g} deg): lower tilt_deg or max_yaw_deg, "
                                  "or widen the window in the safety limits file for the calibration")
             raise ValueError(f"no pose within {max_view_angle_deg:g} deg of facing the camera at "
                              f"{np.round(camera, 3).tolist()} after {max_tries} draws: is camera_position_m right "
@@ -272,7 +280,7 @@ def move_to_pose(safety: SafetyLayer, T_target: np.ndarray, *, tol_m: float = 0.
         The observation that met the tolerance.
 
     Raises:
-        PoseNotReachedError: the target lies outside the box or the orientation window (nothing
+        PoseNotReachedError: the target lies outside the target box or window (nothing
             is sent), or it was not reached within ``max_steps`` (with how far it still is and
             which limits acted).
         MotionError, UnsafeActionError, DeviceNotConnectedError: from the safety layer.

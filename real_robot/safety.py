@@ -18,8 +18,9 @@ limits: the guarantees below are properties of that function.
   capped step per action, whatever the action: a target that only held it there would let each
   overshoot start from further out.
 - Likewise for the orientation window (tilt of the TCP's z axis from the reference orientation, and
-  yaw about the reference z axis), each limit on its own: inside stays inside, outside never gets
-  further out.
+  yaw about the reference z axis), each limit on its own: every commanded orientation lies in the
+  window shrunk by ``orientation_margin_rad`` (the target window), and an orientation measured
+  outside it is first turned back toward it by up to one capped step; no limit's excess ever grows.
 """
 
 from __future__ import annotations
@@ -79,6 +80,11 @@ class SafetyLimits:
     """Largest angle between the TCP's z axis and the reference's z axis, in (0, pi/2)."""
     max_yaw_rad: float = 1.6
     """Largest rotation about the reference's z axis (either way), in (0, pi]."""
+    orientation_margin_rad: float = 0.05
+    """How far inside the window (each limit: tilt and yaw) every commanded orientation stays (the target
+    window). Braking from a turn, the arm's tracking carries the measured orientation past its target as
+    it does the position: franky-sim at dynamics factor 0.2, in fuzzed chunks, by up to 1.6 deg. In [0,
+    the smaller of max_tilt_rad and max_yaw_rad); raise it with the dynamics factor."""
     max_translation_per_step_m: float = 0.02
     """Largest TCP displacement of one step (norm)."""
     max_rotation_per_step_rad: float = 0.05
@@ -123,6 +129,11 @@ class SafetyLimits:
         self.reference_quaternion_wxyz = tuple(v / norm for v in q)
         _in_range("max_tilt_rad", self.max_tilt_rad, 0.0, math.pi / 2, hi_closed=False)
         _in_range("max_yaw_rad", self.max_yaw_rad, 0.0, math.pi)
+        margin = self.orientation_margin_rad
+        narrowest = min(self.max_tilt_rad, self.max_yaw_rad)
+        if isinstance(margin, bool) or not (isinstance(margin, (int, float)) and 0.0 <= margin < narrowest):
+            raise ValueError(f"orientation_margin_rad={margin!r}: radians in [0, {narrowest:g}) (the smaller of "
+                             "max_tilt_rad and max_yaw_rad: the window it leaves for targets must not be empty)")
         _in_range("max_translation_per_step_m", self.max_translation_per_step_m, 0.0, 0.2)
         _in_range("max_rotation_per_step_rad", self.max_rotation_per_step_rad, 0.0, 1.0)
         _in_range("max_relative_dynamics_factor", self.max_relative_dynamics_factor, 0.0, 1.0)
@@ -190,24 +201,91 @@ def _in_range(name: str, value: Any, lo: float, hi: float, hi_closed: bool = Tru
 
 # ----- the pure step limiter -------------------------------------------------------------------
 
-def orientation_excesses_rad(R_base_from_tcp: Any, limits: SafetyLimits) -> tuple[float, float]:
-    """How far (rad) an orientation lies outside the window, per limit, 0 within it: the tilt excess
-    (TCP z axis vs the reference's) and the yaw excess (about the reference's z axis)."""
+def _tilt_and_yaw_rad(R_base_from_tcp: Any, limits: SafetyLimits) -> tuple[float, float]:
+    """The tilt (angle of the TCP's z axis from the reference's, in [0, pi]) and the signed yaw (the TCP
+    x axis' heading about the reference's z axis, well defined while the tilt is below pi/2)."""
     import numpy as np
 
     from real_robot.transforms import quaternion_wxyz_to_matrix
 
     R_ref_from_tcp = quaternion_wxyz_to_matrix(limits.reference_quaternion_wxyz).T @ np.asarray(R_base_from_tcp)
     tilt = math.acos(max(-1.0, min(1.0, float(R_ref_from_tcp[2, 2]))))
-    # the TCP x axis' heading in the reference's xy plane (well defined while tilt < pi/2)
-    yaw = math.atan2(float(R_ref_from_tcp[1, 0]), float(R_ref_from_tcp[0, 0]))
-    return max(0.0, tilt - limits.max_tilt_rad), max(0.0, abs(yaw) - limits.max_yaw_rad)
+    return tilt, math.atan2(float(R_ref_from_tcp[1, 0]), float(R_ref_from_tcp[0, 0]))
 
 
-def orientation_excess_rad(R_base_from_tcp: Any, limits: SafetyLimits) -> float:
-    """How far (rad) an orientation lies outside the window; 0 inside: the larger of
-    ``orientation_excesses_rad``."""
-    return max(orientation_excesses_rad(R_base_from_tcp, limits))
+def orientation_excesses_rad(R_base_from_tcp: Any, limits: SafetyLimits,
+                             margin_rad: float = 0.0) -> tuple[float, float]:
+    """How far (rad) an orientation lies outside the window shrunk by ``margin_rad``, per limit, 0
+    within it: the tilt excess (TCP z axis vs the reference's) and the yaw excess (about the
+    reference's z axis). ``margin_rad=limits.orientation_margin_rad`` measures against the target
+    window commands are kept in."""
+    tilt, yaw = _tilt_and_yaw_rad(R_base_from_tcp, limits)
+    return max(0.0, tilt - (limits.max_tilt_rad - margin_rad)), max(0.0, abs(yaw) - (limits.max_yaw_rad - margin_rad))
+
+
+def orientation_excess_rad(R_base_from_tcp: Any, limits: SafetyLimits, margin_rad: float = 0.0) -> float:
+    """How far (rad) an orientation lies outside the window (shrunk by ``margin_rad``); 0 inside: the
+    larger of ``orientation_excesses_rad``."""
+    return max(orientation_excesses_rad(R_base_from_tcp, limits, margin_rad))
+
+
+def _turn_back_into_window(R: Any, limits: SafetyLimits) -> Any:
+    """The rotation (rotvec, base frame, at most one capped step) that brings an orientation outside
+    the target window back toward it, each limit on its own so that neither excess grows. With
+    ``R_ref_from_tcp = Rz(yaw) Ry(pitch) Rx(roll)``: the tilt first, by scaling pitch and roll down
+    together (the yaw stays), then the yaw, about the reference's z axis (the tilt stays), with what
+    the step has left. Zero inside the target window."""
+    import numpy as np
+
+    from real_robot.transforms import matrix_to_rotvec, quaternion_wxyz_to_matrix, rotation_angle, rotvec_to_matrix
+
+    margin, budget = limits.orientation_margin_rad, limits.max_rotation_per_step_rad
+    if orientation_excess_rad(R, limits, margin) == 0.0:
+        return np.zeros(3)
+    R_ref = quaternion_wxyz_to_matrix(limits.reference_quaternion_wxyz)
+    M = R_ref.T @ np.asarray(R)
+    yaw = math.atan2(M[1, 0], M[0, 0])
+    pitch = math.asin(max(-1.0, min(1.0, -float(M[2, 0]))))
+    roll = math.atan2(M[2, 1], M[2, 2])
+
+    def swing(k: float) -> Any:  # Ry(k pitch) Rx(k roll): tilt 0 at k = 0, the present one at k = 1
+        return rotvec_to_matrix([0.0, k * pitch, 0.0]) @ rotvec_to_matrix([k * roll, 0.0, 0.0])
+
+    def bisect(ok: Callable[[float], bool], lo: float, hi: float) -> float:  # ok(hi) holds; the least k
+        for _ in range(40):
+            mid = 0.5 * (lo + hi)
+            lo, hi = (lo, mid) if ok(mid) else (mid, hi)
+        return hi
+
+    now = swing(1.0)
+    # the most the tilt comes down: to the target window's edge (tilt(0) = 0 is inside), within the step
+    k = bisect(lambda k: math.acos(max(-1.0, min(1.0, float(swing(k)[2, 2])))) > limits.max_tilt_rad - margin,
+               0.0, 1.0) if math.acos(max(-1.0, min(1.0, float(now[2, 2])))) > limits.max_tilt_rad - margin else 1.0
+    k = 1.0 - bisect(lambda d: rotation_angle(swing(1.0 - d) @ now.T) > budget, 0.0, 1.0 - k) if k < 1.0 else 1.0
+    to_frame = R_ref @ rotvec_to_matrix([0.0, 0.0, yaw])
+    turn = to_frame @ swing(k) @ now.T @ to_frame.T
+    left = max(0.0, budget - rotation_angle(turn))
+    max_yaw = limits.max_yaw_rad - margin
+    yaw_back = max(-left, min(left, max(-max_yaw, min(max_yaw, yaw)) - yaw))
+    return matrix_to_rotvec(rotvec_to_matrix(yaw_back * R_ref[:, 2]) @ turn)
+
+
+def _largest_fraction(rotvec: Any, R: Any, limits: SafetyLimits, allowed: list[float]) -> float:
+    """The largest ``s`` in [0, 1] (to 1e-9) for which turning ``R`` by ``s * rotvec`` leaves no
+    limit's excess over the target window above its ``allowed``; 0 (no rotation) is the fallback."""
+    from real_robot.transforms import rotvec_to_matrix
+
+    def keeps_window(s: float) -> bool:
+        excesses = orientation_excesses_rad(rotvec_to_matrix(s * rotvec) @ R, limits, limits.orientation_margin_rad)
+        return all(e <= a for e, a in zip(excesses, allowed))
+
+    if keeps_window(1.0):
+        return 1.0
+    ok, bad = 0.0, 1.0
+    for _ in range(30):
+        mid = 0.5 * (ok + bad)
+        ok, bad = (mid, bad) if keeps_window(mid) else (ok, mid)
+    return ok
 
 
 def limit_step(translation_m: Any, R_delta: Any, T_base_from_tcp: Any,
@@ -253,25 +331,24 @@ def limit_step(translation_m: Any, R_delta: Any, T_base_from_tcp: Any,
     angle = float(np.linalg.norm(rotvec))
     if angle > limits.max_rotation_per_step_rad * (1 + 1e-6):
         rotvec *= limits.max_rotation_per_step_rad / angle
+        angle = limits.max_rotation_per_step_rad
         clamps.append("rotation_cap")
-    # each limit on its own: outside the tilt limit, the yaw must still keep its own
-    allowed = [excess + 1e-9 for excess in orientation_excesses_rad(R, limits)]
-
-    def keeps_window(R_new: Any) -> bool:
-        return all(e <= a for e, a in zip(orientation_excesses_rad(R_new, limits), allowed))
-
-    if not keeps_window(rotvec_to_matrix(rotvec) @ R):
-        # The largest fraction of the rotation that keeps the window; s = 0 (no rotation) always does.
-        ok, bad = 0.0, 1.0
-        for _ in range(30):
-            mid = 0.5 * (ok + bad)
-            if keeps_window(rotvec_to_matrix(mid * rotvec) @ R):
-                ok = mid
-            else:
-                bad = mid
-        rotvec = ok * rotvec
+    # Each limit on its own, against the target window: measured outside it (the arm's tracking carried
+    # it past a target), turn back first, as a target that only held it there would let each overshoot
+    # start from further out; the wanted rotation gets what the step has left. No excess ever grows.
+    margin = limits.orientation_margin_rad
+    excesses = orientation_excesses_rad(R, limits, margin)
+    back = _turn_back_into_window(R, limits)
+    back *= _largest_fraction(back, R, limits, [e + 1e-9 for e in excesses])
+    back_angle = float(np.linalg.norm(back))
+    R_start = rotvec_to_matrix(back) @ R
+    room = max(0.0, limits.max_rotation_per_step_rad - back_angle)
+    shrink = min(1.0, room / angle) if angle > 0.0 else 1.0
+    s = _largest_fraction(shrink * rotvec, R_start, limits,
+                          [e + 1e-9 for e in orientation_excesses_rad(R_start, limits, margin)])
+    if back_angle > 0.0 or s * shrink < 1.0:
         clamps.append("orientation")
-    return t, rotvec_to_matrix(rotvec), clamps
+    return t, rotvec_to_matrix(s * shrink * rotvec) @ rotvec_to_matrix(back), clamps
 
 
 # ----- the watchdog --------------------------------------------------------------------------

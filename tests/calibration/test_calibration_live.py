@@ -131,7 +131,7 @@ def test_scripted_poses_stay_inside_the_limits_rotate_about_several_axes_and_fac
     assert len(poses) == 15
     for T in poses:
         assert pose_limit_problems(T, limits, margin_m=margin_m - 1e-9) == []
-        assert orientation_excess_rad(T[:3, :3], limits) == 0.0
+        assert orientation_excess_rad(T[:3, :3], limits, limits.orientation_margin_rad) == 0.0
     tilts = [_angle_deg(T[:3, 2], R_HOME[:, 2]) for T in poses]
     assert 15.0 - 1e-6 <= min(tilts) and max(tilts) <= 30.0 + 1e-6
     max_rotation_deg, axis_spread_deg = check_rotation_diversity(poses)
@@ -149,7 +149,8 @@ def test_scripted_poses_refuse_too_few_poses_and_a_window_too_narrow_to_tilt():
     with pytest.raises(ValueError, match="max_tilt_rad=0.15"):
         calibration_poses(SafetyLimits(max_tilt_rad=0.15), 10)
     # a yaw window too narrow for the tilts asked: named as such, with or without a camera position
-    narrow = SafetyLimits(max_tilt_rad=math.radians(45), max_yaw_rad=math.radians(1))
+    narrow = SafetyLimits(max_tilt_rad=math.radians(45), max_yaw_rad=math.radians(1),
+                          orientation_margin_rad=math.radians(0.5))
     for camera in (None, CAMERA_POSITION_M):
         with pytest.raises(ValueError, match="outside the orientation window.*max_yaw_rad=0.01745"):
             calibration_poses(narrow, 10, tilt_deg=(25, 40), camera_position_m=camera)

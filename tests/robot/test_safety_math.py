@@ -13,12 +13,13 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from real_robot.safety import SafetyLimits, Watchdog, limit_step, orientation_excess_rad
+from real_robot.safety import SafetyLimits, Watchdog, limit_step, orientation_excess_rad, orientation_excesses_rad
 from real_robot.transforms import pose_matrix, quaternion_wxyz_to_matrix, rotation_angle, rotvec_to_matrix
 from real_robot.twin_action import action_to_step
 
 LIMITS = SafetyLimits()
 R_REF = quaternion_wxyz_to_matrix(LIMITS.reference_quaternion_wxyz)
+MARGIN = LIMITS.orientation_margin_rad
 EPS = 1e-9
 
 
@@ -57,6 +58,9 @@ def test_defaults_are_conservative_and_contain_the_home_pose():
     ("workspace_margin_m", -0.001, r"workspace_margin_m=-0.001: metres in \[0, 0.21\) \(half the box's narrowest"),
     ("workspace_margin_m", 0.21, r"workspace_margin_m=0.21: metres in \[0, 0.21\)"),  # no box left for targets
     ("workspace_margin_m", True, "workspace_margin_m=True"),
+    ("orientation_margin_rad", -0.01, r"orientation_margin_rad=-0.01: radians in \[0, 0.6\) \(the smaller of max_tilt"),
+    ("orientation_margin_rad", 0.6, r"orientation_margin_rad=0.6: radians in \[0, 0.6\)"),  # no window for targets
+    ("orientation_margin_rad", None, "orientation_margin_rad=None"),
     # units: millimetres or degrees would switch the box off or send the arm far from any home
     ("workspace_min_m", (280.0, -300.0, 100.0), r"workspace_min_m=\(280.0, -300.0, 100.0\): metres in the robot "
                                                 r"base frame, each within 1.155 m of the base .*millimetres"),
@@ -170,34 +174,40 @@ def test_outside_the_box_every_step_brings_the_tcp_back():
     assert clamps == ["workspace"]
 
 
-def test_rotation_is_capped_and_kept_in_the_orientation_window():
+def test_rotation_is_capped_and_kept_in_the_target_window():
     _, R, clamps = limit_step([0, 0, 0], rotvec_to_matrix([0.3, 0, 0]), home_pose(), LIMITS)
     assert clamps == ["rotation_cap"]
     assert rotation_angle(R) == pytest.approx(LIMITS.max_rotation_per_step_rad)
-    tilted = pose_matrix((0.5, 0, 0.3), rotvec_to_matrix([LIMITS.max_tilt_rad - 0.01, 0, 0]) @ R_REF)
+    # 0.01 rad inside the target window (the window less orientation_margin_rad, room for the arm's tracking)
+    assert MARGIN >= math.radians(1.0)
+    tilted = pose_matrix((0.5, 0, 0.3), rotvec_to_matrix([LIMITS.max_tilt_rad - MARGIN - 0.01, 0, 0]) @ R_REF)
     _, R, clamps = limit_step([0, 0, 0], rotvec_to_matrix([0.04, 0, 0]), tilted, LIMITS)
     assert clamps == ["orientation"]
-    assert orientation_excess_rad(R @ tilted[:3, :3], LIMITS) <= 1e-6
-    assert rotation_angle(R) == pytest.approx(0.01, abs=1e-4)  # as far as the window allows
+    assert orientation_excess_rad(R @ tilted[:3, :3], LIMITS, MARGIN) <= 1e-6
+    assert rotation_angle(R) == pytest.approx(0.01, abs=1e-4)  # as far as the target window allows
     _, R, clamps = limit_step([0, 0, 0], rotvec_to_matrix([-0.04, 0, 0]), tilted, LIMITS)
     assert clamps == []  # turning back toward the reference is free
 
 
-def test_tilted_past_the_window_the_yaw_still_keeps_its_limit():
-    """A TCP tilted 0.1 rad past the window (a braking overshoot) with its yaw 0.05 rad inside: turns
-    about the reference's z axis must not take the yaw out (the larger excess, the tilt's, would
-    not grow and would let them through)."""
-    from real_robot.safety import orientation_excesses_rad
-
-    R = R_REF @ rotvec_to_matrix([LIMITS.max_tilt_rad + 0.1, 0, 0]) @ rotvec_to_matrix([0, 0, LIMITS.max_yaw_rad - 0.05])
-    tilt0, yaw0 = orientation_excesses_rad(R, LIMITS)
-    assert tilt0 == pytest.approx(0.1, abs=1e-3) and yaw0 == 0.0
+def test_past_the_target_window_each_step_turns_back_whatever_the_action():
+    """A TCP the arm's tracking carried 0.02 rad past the target window's tilt edge, its yaw 0.05 rad
+    inside: a policy pushing further out gets a step back instead (holding there would let each
+    overshoot start from further out), and turns about the reference's z axis never take the yaw out."""
+    R = (R_REF @ rotvec_to_matrix([LIMITS.max_tilt_rad - MARGIN + 0.02, 0, 0])
+         @ rotvec_to_matrix([0, 0, LIMITS.max_yaw_rad - MARGIN - 0.05]))
+    tilt0, yaw0 = orientation_excesses_rad(R, LIMITS, MARGIN)
+    assert tilt0 == pytest.approx(0.02, abs=1e-3) and yaw0 == 0.0
+    _, R_delta, clamps = limit_step([0, 0, 0], rotvec_to_matrix([0.05, 0, 0]), pose_matrix((0.5, 0, 0.3), R), LIMITS)
+    assert clamps == ["orientation"]
+    assert orientation_excesses_rad(R_delta @ R, LIMITS, MARGIN) == pytest.approx((0.0, 0.0), abs=1e-6)
     turn = rotvec_to_matrix(LIMITS.max_rotation_per_step_rad * R_REF[:, 2])  # about the reference z, base frame
+    R = rotvec_to_matrix([0.1, 0, 0]) @ R  # now 0.12 rad past: back by a full capped step per action
     for _ in range(5):
+        before, _ = orientation_excesses_rad(R, LIMITS, MARGIN)
         _, R_delta, clamps = limit_step([0, 0, 0], turn, pose_matrix((0.5, 0, 0.3), R), LIMITS)
         R = R_delta @ R
-        tilt, yaw = orientation_excesses_rad(R, LIMITS)
-        assert yaw <= 1e-6 and tilt <= tilt0 + 1e-6, (tilt, yaw, clamps)
+        tilt, yaw = orientation_excesses_rad(R, LIMITS, MARGIN)
+        assert yaw <= 1e-6 and tilt <= max(0.0, before - 0.9 * LIMITS.max_rotation_per_step_rad) + 1e-6, (tilt, yaw, clamps)
 
 
 # ----- the step limiter: properties over adversarial inputs ---------------------------------------
@@ -209,18 +219,23 @@ unit_interval = st.floats(0.0, 1.0)
 
 @st.composite
 def poses_inside(draw):
-    """A TCP pose inside the target box and the orientation window."""
+    """A TCP pose inside the target box and the target orientation window."""
     lo, hi = map(np.array, LIMITS.target_box_m)
     position = lo + np.array([draw(unit_interval) for _ in range(3)]) * (hi - lo)
-    tilt_axis_angle = draw(st.floats(0, 2 * math.pi))
-    tilt = draw(st.floats(0, LIMITS.max_tilt_rad * 0.999))
-    yaw = draw(st.floats(-LIMITS.max_yaw_rad * 0.999, LIMITS.max_yaw_rad * 0.999))
-    # yaw about the reference's z, then tilt about a horizontal axis of the reference frame
-    R_ref_from_tcp = (rotvec_to_matrix(tilt * np.array([math.cos(tilt_axis_angle), math.sin(tilt_axis_angle), 0]))
-                      @ rotvec_to_matrix([0, 0, yaw]))
-    R = R_REF @ R_ref_from_tcp
-    assume(orientation_excess_rad(R, LIMITS) == 0.0)  # the tilt shifts the measured yaw a little
+    R = draw(orientations(max_tilt_rad=LIMITS.max_tilt_rad - MARGIN, max_yaw_rad=LIMITS.max_yaw_rad - MARGIN))
+    assume(orientation_excess_rad(R, LIMITS, MARGIN) == 0.0)  # the tilt shifts the measured yaw a little
     return pose_matrix(position, R)
+
+
+@st.composite
+def orientations(draw, max_tilt_rad: float, max_yaw_rad: float):
+    """A TCP orientation tilted up to ``max_tilt_rad`` from the reference, yawed up to ``max_yaw_rad``."""
+    tilt_axis_angle = draw(st.floats(0, 2 * math.pi))
+    tilt = draw(st.floats(0, max_tilt_rad * 0.999))
+    yaw = draw(st.floats(-max_yaw_rad * 0.999, max_yaw_rad * 0.999))
+    # yaw about the reference's z, then tilt about a horizontal axis of the reference frame
+    return R_REF @ (rotvec_to_matrix(tilt * np.array([math.cos(tilt_axis_angle), math.sin(tilt_axis_angle), 0]))
+                    @ rotvec_to_matrix([0, 0, yaw]))
 
 
 @st.composite
@@ -241,7 +256,23 @@ def test_from_inside_no_step_leaves_the_limits(pose, translation, R_delta):
     lo, hi = map(np.array, LIMITS.target_box_m)
     assert np.all(target >= lo - EPS) and np.all(target <= hi + EPS)
     assert rotation_angle(R) <= LIMITS.max_rotation_per_step_rad + 1e-7
-    assert orientation_excess_rad(R @ pose[:3, :3], LIMITS) <= 1e-6
+    assert orientation_excess_rad(R @ pose[:3, :3], LIMITS, MARGIN) <= 1e-6
+
+
+@pytest.mark.reliability(fault='random robot turns from outside the orientation window (hypothesis)', cases=300,
+                         outcome='no limit moves further out; each step turns back')
+@settings(max_examples=300, deadline=None)
+@given(R=orientations(max_tilt_rad=LIMITS.max_tilt_rad + 0.5, max_yaw_rad=math.pi), R_delta=rotations())
+def test_from_outside_the_orientation_window_every_step_turns_back(R, R_delta):
+    before = orientation_excesses_rad(R, LIMITS, MARGIN)
+    assume(max(before) > 1e-6)
+    _, R_step, clamps = limit_step([0, 0, 0], R_delta, pose_matrix((0.5, 0, 0.3), R), LIMITS)
+    after = orientation_excesses_rad(R_step @ R, LIMITS, MARGIN)
+    assert "orientation" in clamps
+    assert rotation_angle(R_step) <= LIMITS.max_rotation_per_step_rad + 1e-7
+    assert all(a <= b + 1e-7 for a, b in zip(after, before)), (before, after)  # each limit on its own
+    # back by most of a capped step (the tilt's turn is not quite the shortest), or into the window
+    assert sum(before) - sum(after) >= 0.8 * min(sum(before), LIMITS.max_rotation_per_step_rad), (before, after)
 
 
 @pytest.mark.reliability(fault='random robot steps from outside the workspace (hypothesis)', cases=200,
@@ -280,7 +311,7 @@ def test_drifting_toward_a_face_reaches_it_and_never_passes(face, noise):
         t, R, _ = limit_step(translation, R_delta, pose, LIMITS)
         pose = pose_matrix(pose[:3, 3] + t, R @ pose[:3, :3])
         assert np.all(pose[:3, 3] >= lo - EPS) and np.all(pose[:3, 3] <= hi + EPS)
-        assert orientation_excess_rad(pose[:3, :3], LIMITS) <= 1e-6
+        assert orientation_excess_rad(pose[:3, :3], LIMITS, MARGIN) <= 1e-6
     face_value = hi[axis] if sign else lo[axis]
     assert pose[axis, 3] == pytest.approx(face_value, abs=1e-6)  # pinned on the face it was pushed at
 
