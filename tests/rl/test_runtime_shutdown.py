@@ -18,9 +18,12 @@ import pytest
 
 pytestmark = [pytest.mark.maniskill, pytest.mark.slow]
 
-OVERRIDES = ["cluster.runtime=ray", "env.train.total_num_envs=2", "rollout.steps_per_rollout=16",
-             "actor.global_batch_size=4", "actor.micro_batch_size=2", "runner.progress_bar=false",
-             "runner.val_check_interval=-1", "runner.max_epochs=100", "runner.save_interval=1"]
+# one device: one worker per component (each starts its own Python with torch); what is checked is the
+# run's stop, which is the same for any number of them
+OVERRIDES = ["cluster.runtime=ray", "cluster.num_devices=1", "env.train.total_num_envs=2",
+             "rollout.steps_per_rollout=16", "actor.global_batch_size=4", "actor.micro_batch_size=2",
+             "runner.progress_bar=false", "runner.val_check_interval=-1", "runner.max_epochs=100",
+             "runner.save_interval=1"]
 
 
 def _iterations(run: Path) -> int:
@@ -86,7 +89,7 @@ def test_sigterm_stops_a_local_run_like_ctrl_c_and_leaves_nothing_behind(tmp_pat
     env = {**os.environ, "VLA_ENVS_ASSET_DIR": str(tmp_path / "assets"), "HF_HUB_OFFLINE": "1"}
     run = tmp_path / "run"
     cli = Path(sys.executable).with_name("vla-train")
-    local = [o for o in OVERRIDES if not o.startswith("cluster.runtime")]  # the pool of env worker processes
+    local = [o for o in OVERRIDES if not o.startswith("cluster.")]  # the pool of env worker processes
     proc = subprocess.Popen([str(cli), "--config", "cpu_ppo_tiny_put_on_plate", "--run-dir", str(run), *local],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
