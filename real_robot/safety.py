@@ -251,17 +251,13 @@ def _turn_back_into_window(R: Any, limits: SafetyLimits) -> Any:
     def swing(k: float) -> Any:  # Ry(k pitch) Rx(k roll): tilt 0 at k = 0, the present one at k = 1
         return rotvec_to_matrix([0.0, k * pitch, 0.0]) @ rotvec_to_matrix([k * roll, 0.0, 0.0])
 
-    def bisect(ok: Callable[[float], bool], lo: float, hi: float) -> float:  # ok(hi) holds; the least k
-        for _ in range(40):
-            mid = 0.5 * (lo + hi)
-            lo, hi = (lo, mid) if ok(mid) else (mid, hi)
-        return hi
+    def tilt(k: float) -> float:
+        return math.acos(max(-1.0, min(1.0, float(swing(k)[2, 2]))))
 
     now = swing(1.0)
-    # the most the tilt comes down: to the target window's edge (tilt(0) = 0 is inside), within the step
-    k = bisect(lambda k: math.acos(max(-1.0, min(1.0, float(swing(k)[2, 2])))) > limits.max_tilt_rad - margin,
-               0.0, 1.0) if math.acos(max(-1.0, min(1.0, float(now[2, 2])))) > limits.max_tilt_rad - margin else 1.0
-    k = 1.0 - bisect(lambda d: rotation_angle(swing(1.0 - d) @ now.T) > budget, 0.0, 1.0 - k) if k < 1.0 else 1.0
+    # down to the target window's edge (at k = 0 the tilt is 0), as far as one step turns
+    k = _largest(lambda k: tilt(k) <= limits.max_tilt_rad - margin, 1.0)
+    k = 1.0 - _largest(lambda d: rotation_angle(swing(1.0 - d) @ now.T) <= budget, 1.0 - k)
     to_frame = R_ref @ rotvec_to_matrix([0.0, 0.0, yaw])
     turn = to_frame @ swing(k) @ now.T @ to_frame.T
     left = max(0.0, budget - rotation_angle(turn))
@@ -270,22 +266,28 @@ def _turn_back_into_window(R: Any, limits: SafetyLimits) -> Any:
     return matrix_to_rotvec(rotvec_to_matrix(yaw_back * R_ref[:, 2]) @ turn)
 
 
+def _largest(good: Callable[[float], bool], hi: float) -> float:
+    """The largest ``x`` in [0, hi] (by bisection, to ``hi`` / 2**40) with ``good(x)``, where ``good(0)``
+    holds: the fallback."""
+    if good(hi):
+        return hi
+    lo = 0.0
+    for _ in range(40):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if good(mid) else (lo, mid)
+    return lo
+
+
 def _largest_fraction(rotvec: Any, R: Any, limits: SafetyLimits, allowed: list[float]) -> float:
-    """The largest ``s`` in [0, 1] (to 1e-9) for which turning ``R`` by ``s * rotvec`` leaves no
-    limit's excess over the target window above its ``allowed``; 0 (no rotation) is the fallback."""
+    """The largest ``s`` in [0, 1] for which turning ``R`` by ``s * rotvec`` leaves no limit's excess
+    over the target window above its ``allowed``; 0 (no rotation) is the fallback."""
     from real_robot.transforms import rotvec_to_matrix
 
     def keeps_window(s: float) -> bool:
         excesses = orientation_excesses_rad(rotvec_to_matrix(s * rotvec) @ R, limits, limits.orientation_margin_rad)
         return all(e <= a for e, a in zip(excesses, allowed))
 
-    if keeps_window(1.0):
-        return 1.0
-    ok, bad = 0.0, 1.0
-    for _ in range(30):
-        mid = 0.5 * (ok + bad)
-        ok, bad = (mid, bad) if keeps_window(mid) else (ok, mid)
-    return ok
+    return _largest(keeps_window, 1.0)
 
 
 def limit_step(translation_m: Any, R_delta: Any, T_base_from_tcp: Any,
