@@ -183,6 +183,9 @@ def sim_limits(**overrides):
     return SafetyLimits(**values)
 
 
+HOMING_ATTEMPTS = 3
+
+
 @contextlib.contextmanager
 def connected_layer(host: str, arm_overrides: dict | None = None, home: bool = True, **limit_overrides):
     """A connected FrankyArm on franky-sim behind a SafetyLayer (homed unless ``home=False``)."""
@@ -190,17 +193,20 @@ def connected_layer(host: str, arm_overrides: dict | None = None, home: bool = T
     from real_robot.franky_arm import FrankyArm
     from real_robot.safety import SafetyLayer
 
-    if home:  # at the sim's fastest allowed speed, whatever the arm under test is configured with
-        with FrankyArm(sim_arm_config(host)) as homing_arm, SafetyLayer(homing_arm, sim_limits()) as homing:
-            try:
+    for attempt in range(HOMING_ATTEMPTS if home else 0):  # at the sim's fastest allowed speed
+        try:
+            with FrankyArm(sim_arm_config(host)) as homing_arm, SafetyLayer(homing_arm, sim_limits()) as homing:
                 homing.home()
-            except MotionError as e:
-                # franky-sim has ended a homing move on its own (libfranka then reads an unexpected
-                # reply): homing is this helper's precondition, not the code under test
-                warnings.warn(f"franky-sim: homing failed ({e}); recovered and homing again. The server's "
-                              f"log ends:\n{server_log_tail(host)}", RuntimeWarning, stacklevel=3)
-                homing_arm.recover()
-                homing.home()
+            break
+        except MotionError as e:
+            # franky-sim has ended a homing move on its own (libfranka then reads an unexpected reply,
+            # and cancels the motion): homing is this helper's precondition, not the code under test.
+            # Seen twice in a row on one connection: each try gets a new one, after a pause.
+            if attempt == HOMING_ATTEMPTS - 1:
+                raise
+            warnings.warn(f"franky-sim: homing failed ({e}); homing again on a new connection. The server's "
+                          f"log ends:\n{server_log_tail(host)}", RuntimeWarning, stacklevel=3)
+            time.sleep(1.0)
     arm = FrankyArm(sim_arm_config(host, **(arm_overrides or {})))
     arm.connect()
     try:
